@@ -1,0 +1,54 @@
+# make            the virtual environment (.venv) and the Kafka jars (.kafka/lib)
+# make test       lint, type check and the test suite (starts and stops its own broker)
+# make demo       the main job: a local broker, the stages, a replayed crawl, a summary
+# make bench      benchmarks; results under bench/results/ (not part of make test)
+# make kafka-start / kafka-stop    the local broker for manual use (127.0.0.1:19092)
+
+PYTHON_BIN ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JARS := .kafka/lib/.complete
+
+.PHONY: all venv jars test lint unit bench bench-runtime demo kafka-start kafka-stop clean
+
+all: venv jars
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON_BIN) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+jars: $(JARS)
+$(JARS): kafka/pom.xml
+	rm -rf .kafka/lib
+	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.kafka/lib -DincludeScope=runtime
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check streams tests bench
+	$(VENV)/bin/mypy streams
+
+unit: venv
+	$(PY) -m pytest -m "not kafka" -q
+
+test: venv jars lint
+	$(PY) -m pytest -m "not slow" -q
+
+bench: venv jars
+	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent --kill-runtimes confluent --kills 20
+
+demo: venv jars
+	$(PY) -m streams demo
+
+kafka-start: venv jars
+	$(PY) -m streams kafka start
+
+kafka-stop: venv
+	$(PY) -m streams kafka stop
+
+clean:
+	-$(PY) -m streams kafka stop
+	rm -rf $(VENV) .kafka state .pytest_cache .mypy_cache .ruff_cache

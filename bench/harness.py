@@ -1,0 +1,209 @@
+"""Shared by the benchmarks and the crash tests: produce a keyed stream, run a worker, SIGKILL it at
+chosen points of its progress, and read the output back with ``isolation.level=read_committed``.
+
+Kill points are drawn as random *progress targets* (committed input offsets), not random times, so
+the kills are spread over the whole stream instead of piling up in start-up; each kill waits a
+further random fraction of a second so it lands mid-batch, mid-commit or mid-recovery as it falls.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.runtime.kafka_io import KafkaConfig
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def fresh_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topics(kafka: KafkaConfig, names: Iterable[str], partitions: int) -> None:
+    admin = AdminClient(kafka.admin())
+    futures = admin.create_topics([NewTopic(name, partitions, 1) for name in names])
+    for future in futures.values():
+        future.result()
+
+
+def keyed_stream(distinct: int, total: int, seed: int = 7) -> list[bytes]:
+    """``total`` keys over ``distinct`` values: every value at least once, the rest repeats."""
+    rng = random.Random(seed)
+    keys = [b"k%09d" % i for i in range(distinct)]
+    keys += [b"k%09d" % rng.randrange(distinct) for _ in range(total - distinct)]
+    rng.shuffle(keys)
+    return keys
+
+
+def produce(kafka: KafkaConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+    producer = Producer(kafka.producer(**{"linger.ms": 50, "batch.size": 1_000_000,
+                                          "queue.buffering.max.messages": 1_000_000}))
+    count = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        if count % 50_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise RuntimeError("records left unflushed")
+    return count
+
+
+def read_all(kafka: KafkaConfig, topic: str, idle_s: float = 3.0,
+             value_of: Callable[[bytes | None, bytes | None], bytes | None] | None = None) -> Counter[bytes]:
+    """Count each key (or ``value_of(key, value)``) on ``topic``, read_committed, until every
+    partition reached its end and nothing new arrived for ``idle_s``."""
+    consumer = Consumer(kafka.consumer(fresh_name("reader"), **{"enable.partition.eof": True}))
+    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+    partitions = [TopicPartition(topic, p, 0) for p in metadata.partitions]
+    consumer.assign(partitions)
+    counts: Counter[bytes] = Counter()
+    at_end: set[int] = set()
+    last = time.monotonic()
+    while len(at_end) < len(partitions) or time.monotonic() - last < idle_s:
+        for message in consumer.consume(10_000, timeout=0.5):
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    continue
+                raise RuntimeError(str(error))
+            at_end.discard(message.partition())
+            last = time.monotonic()
+            item = message.key() if value_of is None else value_of(message.key(), message.value())
+            if item is not None:
+                counts[item] += 1
+    consumer.close()
+    return counts
+
+
+def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int) -> int:
+    """Sum of the group's committed offsets on ``topic`` (its progress)."""
+    consumer = Consumer(kafka.consumer(group))
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        consumer.close()
+    return sum(max(tp.offset, 0) for tp in found)
+
+
+def caught_up(kafka: KafkaConfig, group: str, topic: str) -> bool:
+    """Whether ``group`` committed every partition of ``topic`` up to its end (the end of a
+    transactional partition is a commit marker, one offset past the last record)."""
+    consumer = Consumer(kafka.consumer(group))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        for tp in found:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high > 0 and tp.offset < high - 1:
+                return False
+        return True
+    except KafkaException:
+        return False
+    finally:
+        consumer.close()
+
+
+@dataclass
+class KillReport:
+    kills: int = 0
+    restarts: int = 0
+    kill_points: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    first_progress_at: float | None = None  # seconds from the first start to the first commit
+    first_progress_records: int = 0
+
+
+class _Progress:
+    """Polls a progress function and remembers when it first moved (start-up time)."""
+
+    def __init__(self, progress: Callable[[], int], report: KillReport, began: float) -> None:
+        self._progress, self._report, self._began = progress, report, began
+        self._last = 0
+
+    def __call__(self) -> int:
+        try:
+            value = self._last = self._progress()
+        except KafkaException:  # offsets unstable while a killed worker's transaction is open
+            return self._last
+        if value > 0 and self._report.first_progress_at is None:
+            self._report.first_progress_at = time.monotonic() - self._began
+            self._report.first_progress_records = value
+        return value
+
+
+def _spawn(command: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+
+
+def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: int, kills: int,
+                   log_path: Path, seed: int = 11, done: Callable[[], bool] | None = None,
+                   timeout_s: float = 1800.0) -> KillReport:
+    """Run ``command``; SIGKILL it ``kills`` times at random progress points, restarting each time;
+    then let it run until ``progress() >= total`` (and ``done()``), and stop it with SIGTERM."""
+    rng = random.Random(seed)
+    targets = sorted(rng.sample(range(1, max(total, kills + 1)), kills))
+    report = KillReport(kill_points=[])
+    began = time.monotonic()
+    progress = _Progress(progress, report, began)  # type: ignore[assignment]
+    deadline = began + timeout_s
+    process = _spawn(command, log_path)
+    for target in targets:
+        while progress() < target and process.poll() is None:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise TimeoutError(f"no progress to {target} in time; see {log_path}")
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 0.4))
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        report.kills += 1
+        process = _spawn(command, log_path)
+        report.restarts += 1
+        report.kill_points.append(progress())
+    while progress() < total or (done is not None and not done()):
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(f"worker did not finish in time; see {log_path}")
+        if process.poll() is not None:
+            process = _spawn(command, log_path)
+            report.restarts += 1
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def verdict(expected: set[bytes], counts: Counter[bytes]) -> dict[str, int]:
+    """Lost, doubled and unexpected keys of an output against the expected distinct set."""
+    return {
+        "expected": len(expected),
+        "emitted_distinct": len(counts),
+        "lost": len(expected - counts.keys()),
+        "doubled": sum(1 for n in counts.values() if n > 1),
+        "unexpected": len(counts.keys() - expected),
+    }

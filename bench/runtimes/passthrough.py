@@ -1,0 +1,54 @@
+"""The baseline: a raw confluent-kafka consume -> produce loop, no state, no transactions.
+
+Batched ``consume`` and ``produce``, offsets committed asynchronously after each batch (at least
+once). It is the ceiling a stateful runtime is measured against on the same broker and input.
+
+    python -m bench.runtimes.passthrough --input IN --output OUT --group G [--bootstrap B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from confluent_kafka import Consumer, Producer
+
+from streams.runtime.kafka_io import KafkaConfig
+
+
+def run(kafka: KafkaConfig, source: str, sink: str, group: str, batch: int = 5000) -> None:
+    consumer = Consumer(kafka.consumer(group, **{"isolation.level": "read_uncommitted",
+                                                "enable.auto.offset.store": True}))
+    producer = Producer(kafka.producer(**{"batch.size": 1_000_000}))
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    consumer.subscribe([source])
+    while not stopping:
+        messages = consumer.consume(batch, timeout=0.25)
+        for message in messages:
+            if message.error() is None:
+                producer.produce(sink, message.value(), message.key())
+        producer.poll(0)
+        if messages:
+            consumer.commit(asynchronous=True)
+    producer.flush(30)
+    consumer.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bootstrap", default="127.0.0.1:19092")
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--group", required=True)
+    args = parser.parse_args()
+    run(KafkaConfig(args.bootstrap), args.input, args.output, args.group)
+
+
+if __name__ == "__main__":
+    main()

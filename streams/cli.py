@@ -1,0 +1,159 @@
+"""Command line: ``python -m streams <command>`` (also installed as ``crawl-dedup``).
+
+Each command is a thin adapter: parse arguments, load settings at the edge, call the core or the
+runtime. ``--help`` on every command lists its options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from streams import config, kafka_local
+from streams.errors import StreamsError
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.stage import Stage
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def kafka_config(args: argparse.Namespace | None = None) -> KafkaConfig:
+    """The cluster to use: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the local broker's address."""
+    toml = getattr(args, "config", None)
+    bootstrap = config.bootstrap_servers() or kafka_local.LocalBroker().bootstrap
+    return KafkaConfig(bootstrap, config.kafka_client_settings(toml))
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1)
+    external = config.bootstrap_servers()
+    if external and args.action in {"start", "stop"}:
+        print(f"KAFKA_BOOTSTRAP_SERVERS={external} is set: using that cluster, no local broker")
+        return 0
+    if args.action == "start":
+        print(kafka_local.start(broker))
+    elif args.action == "stop":
+        print("stopped" if kafka_local.stop(broker) else "not running")
+    elif args.action == "wipe":
+        kafka_local.wipe(broker)
+        print(f"wiped {broker.run_dir}")
+    else:
+        print(kafka_local.status(broker))
+        return 0 if kafka_local.running_pid(broker) else 3
+    return 0
+
+
+def _runtime_settings(args: argparse.Namespace, **extra: object) -> config.RuntimeSettings:
+    return config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id,
+                       worker_id=args.worker_id, state_dir=args.state_dir, shards=args.shards,
+                       batch_max_messages=args.batch_max_messages, **extra)
+
+
+def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
+    return config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix)
+
+
+def _first_seen(args: argparse.Namespace) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    from streams.runtime.first_seen import FirstSeenStage
+    from streams.runtime.runner import StageTopics, run_stage
+
+    kafka = kafka_config(args)
+    metadata = AdminClient(kafka.admin()).list_topics(args.input, timeout=30).topics.get(args.input)
+    if metadata is None:
+        raise StreamsError(f"input topic {args.input} does not exist")
+    args.shards = len(metadata.partitions)  # the keyed input is the shard topic
+    stage = FirstSeenStage(args.input, args.output)
+    run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, _runtime_settings(args),
+              _topic_settings(args), idle_exit_s=args.idle_exit_s)
+    return 0
+
+
+def _url_dedup(args: argparse.Namespace) -> int:
+    from streams.runtime.runner import StageTopics, run_stage
+    from streams.topics import Topics
+    from streams.url_dedup import UrlDedupStage
+
+    settings = _runtime_settings(args)
+    topic_settings = _topic_settings(args)
+    topics = Topics(topic_settings.prefix)
+    stage = UrlDedupStage(topics, settings.app_id, settings.max_record_bytes)
+    if args.offline:
+        return _offline(args, stage, topics.new_urls)
+    io = StageTopics(inputs=[topics.frontier], outputs=[topics.new_urls])
+    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s)
+    return 0
+
+
+def _offline(args: argparse.Namespace, stage: Stage, output_topic: str) -> int:
+    import tempfile
+
+    from streams.runtime.offline import run_offline
+    from streams.runtime.store import RocksStore
+
+    with tempfile.TemporaryDirectory(prefix="streams-offline-") as scratch:
+        directory = args.state_dir or Path(scratch)
+        store = RocksStore(Path(directory) / "offline" / stage.name)
+        try:
+            run_offline(stage, store, sys.stdin.buffer, output_topic)
+        finally:
+            store.close()
+    return 0
+
+
+def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) -> None:
+    """Options every stage worker takes; unset ones come from settings (env, TOML, defaults)."""
+    if offline:
+        command.add_argument("--offline", action="store_true",
+                             help="JSON lines on stdin -> JSON lines on stdout, no Kafka, same core code")
+    command.add_argument("--state-dir", type=Path, default=None,
+                         help="local state directory (offline: a temporary one when not given)")
+    command.add_argument("--app-id", default=None, help="application id: names groups and internal topics")
+    command.add_argument("--worker-id", default=None,
+                         help="stable id of this worker (transactional id, static group membership)")
+    command.add_argument("--shards", type=int, default=None, help="internal shard count (fixed per state)")
+    command.add_argument("--topic-prefix", default=None, help="prefix of every topic name")
+    command.add_argument("--batch-max-messages", type=int, default=None,
+                         help="records per transaction at most (default 5000)")
+    command.add_argument("--idle-exit-s", type=float, default=None,
+                         help="exit after this many seconds without input (default: run until stopped)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m streams", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=None, help="TOML settings file")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    kafka = commands.add_parser("kafka", help="run the local single-node KRaft broker")
+    kafka.add_argument("action", choices=["start", "stop", "status", "wipe"])
+    kafka.add_argument("--port", type=int, default=19092, help="client port (controller: port+1)")
+    kafka.set_defaults(handler=_kafka)
+
+    first = commands.add_parser(
+        "first-seen", help="the runtime's minimal stateful processor (benchmarks and crash tests)")
+    first.add_argument("--input", required=True, help="keyed input topic (also the shard topic)")
+    first.add_argument("--output", required=True)
+    _add_worker_options(first, offline=False)
+    first.set_defaults(handler=_first_seen)
+
+    url_dedup = commands.add_parser("url-dedup", help="emit each new frontier URL once")
+    _add_worker_options(url_dedup)
+    url_dedup.set_defaults(handler=_url_dedup)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except StreamsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

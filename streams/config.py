@@ -1,0 +1,132 @@
+"""Typed settings, read at the edge: defaults in the dataclass, then a TOML file, then the environment.
+
+Each component has one frozen dataclass; :func:`load` fills it. Environment variables are named
+``STREAMS_<SECTION>_<FIELD>`` (``STREAMS_RUNTIME_SHARDS=16``); a TOML file (``STREAMS_CONFIG`` or
+``--config``) has one table per section (``[runtime] shards = 16``). The environment wins, so a
+container can override a mounted file.
+
+Kafka client settings pass through untouched: every ``STREAMS_KAFKA_<NAME>`` variable becomes the
+librdkafka property ``<name>`` lower-cased with ``_`` read as ``.``
+(``STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` -> ``security.protocol``), and a ``[kafka]`` TOML
+table is passed as is. That is how SASL and TLS reach every client this project creates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from streams.errors import ConfigError
+
+ENV_PREFIX = "STREAMS_"
+KAFKA_ENV_PREFIX = "STREAMS_KAFKA_"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How a stage worker consumes, commits and keeps state.
+
+    ``shards`` is the partition count of each stage's internal re-keyed topic and changelog: state
+    is partitioned by the stage's own key, so input topics can gain partitions freely, but this
+    number is fixed for the life of the state (a different value is refused at start).
+    """
+
+    app_id: str = "crawl-dedup"
+    worker_id: str = field(default_factory=socket.gethostname)
+    state_dir: Path = Path("state")
+    shards: int = 8
+    batch_max_messages: int = 5000
+    batch_max_wait_s: float = 0.25
+    transaction_timeout_s: float = 30.0
+    dead_letter_max_value_bytes: int = 512 * 1024
+    max_record_bytes: int = 16 * 1024 * 1024
+    rocksdb_block_cache_mb: int = 64
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Topic names (see :mod:`streams.topics`, the one place that builds them)."""
+
+    prefix: str = "crawl."
+    replication_factor: int = 1
+    input_partitions: int = 8
+
+
+def _convert(raw: Any, annotation: Any, name: str) -> Any:
+    target = annotation
+    if isinstance(annotation, types.UnionType):
+        target = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    try:
+        if target is bool and isinstance(raw, str):
+            if raw.lower() not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                raise ValueError(raw)
+            return raw.lower() in {"1", "true", "yes", "on"}
+        if target is Path:
+            return Path(raw)
+        return target(raw)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"setting {name}: cannot read {raw!r} as {target.__name__}") from error
+
+
+def load(cls: type[T], section: str, toml_path: Path | None = None,
+         environ: Mapping[str, str] | None = None, **overrides: Any) -> T:
+    """Build settings ``cls`` from defaults, the TOML table ``[section]``, the environment, overrides."""
+    environ = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    table = _toml_table(toml_path, environ, section)
+    values: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):  # type: ignore[arg-type]
+        env_name = f"{ENV_PREFIX}{section.upper()}_{spec.name.upper()}"
+        if spec.name in overrides and overrides[spec.name] is not None:
+            values[spec.name] = overrides[spec.name]
+        elif env_name in environ:
+            values[spec.name] = _convert(environ[env_name], hints[spec.name], env_name)
+        elif spec.name in table:
+            values[spec.name] = _convert(table[spec.name], hints[spec.name], f"[{section}] {spec.name}")
+    unknown = set(table) - {spec.name for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if unknown:
+        raise ConfigError(f"unknown settings in [{section}]: {', '.join(sorted(unknown))}")
+    return cls(**values)
+
+
+def _toml_table(toml_path: Path | None, environ: Mapping[str, str], section: str) -> dict[str, Any]:
+    path = toml_path or (Path(environ["STREAMS_CONFIG"]) if "STREAMS_CONFIG" in environ else None)
+    if path is None:
+        return {}
+    try:
+        document = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read config file {path}: {error}") from error
+    table = document.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{section}] in {path} is not a table")
+    return table
+
+
+def kafka_client_settings(toml_path: Path | None = None,
+                          environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """librdkafka properties passed through to every client (security, SASL, TLS, tuning)."""
+    environ = os.environ if environ is None else environ
+    settings = {str(k): str(v) for k, v in _toml_table(toml_path, environ, "kafka").items()}
+    for name, value in environ.items():
+        if name.startswith(KAFKA_ENV_PREFIX):
+            settings[name[len(KAFKA_ENV_PREFIX):].lower().replace("_", ".")] = value
+    return settings
+
+
+def bootstrap_servers(environ: Mapping[str, str] | None = None) -> str | None:
+    """The external cluster named by ``KAFKA_BOOTSTRAP_SERVERS``, or ``None`` for the local broker."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(BOOTSTRAP_ENV, "").strip()
+    return value or None

@@ -1,0 +1,55 @@
+"""The one error hierarchy of the project.
+
+Every error raised on purpose by ``streams`` derives from :class:`StreamsError`, so an operator's
+wrapper can catch one type. Records that are merely bad are not errors of the worker: they become
+dead letters (:class:`RecordRejected` carries the reason to the dead-letter writer).
+
+::
+
+    StreamsError
+    ├── ConfigError            a setting is missing, malformed or contradicts existing state
+    │   └── ShardCountMismatch   internal shard count differs from the topic or the local state
+    ├── BrokerError            the local broker cannot be fetched, started or reached
+    ├── StateError             the local state store is unusable (ahead of its changelog, wrong format)
+    ├── RuntimeFailure         the Kafka runtime hit a fatal, non-retriable client error
+    └── RecordRejected         one input record is invalid; becomes a dead letter, never crashes
+"""
+
+from __future__ import annotations
+
+
+class StreamsError(Exception):
+    """Root of every error raised on purpose by this package."""
+
+
+class ConfigError(StreamsError):
+    """A setting is missing, malformed, or contradicts the state already on disk or in Kafka."""
+
+
+class ShardCountMismatch(ConfigError):
+    """The configured internal shard count differs from the existing topics or local state."""
+
+
+class BrokerError(StreamsError):
+    """The local Kafka broker could not be fetched, started, stopped or reached."""
+
+
+class StateError(StreamsError):
+    """The local state store cannot be used as it is (format, ahead of its changelog)."""
+
+
+class RuntimeFailure(StreamsError):
+    """A fatal Kafka client error (fenced producer, unrecoverable transaction state)."""
+
+
+class RecordRejected(StreamsError):
+    """One input record is invalid. The runtime turns it into a dead letter and goes on.
+
+    ``reason`` is a short machine-friendly code (``invalid_json``, ``schema``...), ``detail`` the
+    human explanation.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail

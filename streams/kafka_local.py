@@ -1,0 +1,248 @@
+"""A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the demo and benchmarks.
+
+Why a project-run broker: nothing on PyPI, npm or Debian ships a Kafka broker, and the Apache
+download archive is not reachable here, so the broker's jars come from Maven Central through
+``kafka/pom.xml`` (which pins the release) into the git-ignored ``.kafka/lib``. This module writes a
+``server.properties``, formats the log directory once (``kafka.tools.StorageTool format``), starts
+``kafka.Kafka`` as a detached JVM and records its pid, so ``start``/``stop``/``status`` work across
+shell sessions.
+
+When ``KAFKA_BOOTSTRAP_SERVERS`` is set nothing here is used: callers take that cluster instead
+(see :func:`streams.config.bootstrap_servers`).
+
+The broker settings favour quick tests on a 2-core machine over durability: replication factor 1,
+few internal partitions, no initial rebalance delay, and short transaction clean-up intervals so a
+SIGKILLed worker's open transaction is aborted promptly once its successor fences it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.errors import BrokerError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+KAFKA_HOME = PROJECT_ROOT / ".kafka"
+POM = PROJECT_ROOT / "kafka" / "pom.xml"
+
+# Brokers started by this process, kept so stop() can reap them (no zombie, no ResourceWarning).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@dataclass(frozen=True)
+class LocalBroker:
+    """Where one local broker lives: its ports and its folders under ``.kafka/``."""
+
+    port: int = 19092
+    controller_port: int = 19093
+    heap_mb: int = 768
+    home: Path = KAFKA_HOME
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / f"broker-{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.run_dir / "data"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "broker.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / "broker.log"
+
+
+def ensure_jars(broker: LocalBroker) -> None:
+    """Copy the pinned Kafka release and its dependencies from Maven Central, once."""
+    if any(broker.lib_dir.glob("kafka_2.13-*.jar")):
+        return
+    if shutil.which("mvn") is None:
+        raise BrokerError("Maven (mvn) is needed to fetch the Kafka jars from Maven Central")
+    broker.lib_dir.mkdir(parents=True, exist_ok=True)
+    command = [
+        "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
+        f"-DoutputDirectory={broker.lib_dir}", "-DincludeScope=runtime",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BrokerError(f"mvn could not fetch the Kafka jars:\n{result.stdout}\n{result.stderr}")
+
+
+def _properties(broker: LocalBroker) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{broker.controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(broker.data_dir),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "8",
+        "group.initial.rebalance.delay.ms": "0",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "5000",
+        "log.retention.check.interval.ms": "60000",
+        "log.cleaner.backoff.ms": "5000",
+        "delete.topic.enable": "true",
+    }
+    return "".join(f"{name}={value}\n" for name, value in settings.items())
+
+
+def _log4j_config(broker: LocalBroker) -> Path:
+    path = broker.run_dir / "log4j2.properties"
+    path.write_text(
+        "rootLogger.level = WARN\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+        "appender.file.type = File\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {broker.log_file}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = %d %p %c: %m%n\n"
+        "logger.server.name = kafka.server.KafkaServer\n"
+        "logger.server.level = INFO\n"
+    )
+    return path
+
+
+def _java(broker: LocalBroker, main_class: str, *args: str, heap_mb: int = 256) -> list[str]:
+    return [
+        "java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={_log4j_config(broker)}",
+        "-cp", str(broker.lib_dir / "*"), main_class, *args,
+    ]
+
+
+def _format_storage(broker: LocalBroker, config: Path) -> None:
+    if (broker.data_dir / "meta.properties").exists():
+        return
+    cluster_id = uuid.uuid4().bytes
+    encoded = base64.urlsafe_b64encode(cluster_id).decode().rstrip("=")
+    command = _java(broker, "kafka.tools.StorageTool", "format", "-t", encoded, "-c", str(config))
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BrokerError(f"formatting the KRaft log directory failed:\n{result.stdout}{result.stderr}")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def running_pid(broker: LocalBroker) -> int | None:
+    """The broker's pid when its pid file names a live process, else ``None``."""
+    try:
+        pid = int(broker.pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        return None  # our own child exited (reaped now)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def start(broker: LocalBroker, timeout_s: float = 90.0) -> str:
+    """Start the broker unless it runs already; return its bootstrap address once it answers."""
+    if running_pid(broker) is not None:
+        _wait_ready(broker, timeout_s)
+        return broker.bootstrap
+    if _port_open(broker.port):
+        raise BrokerError(f"port {broker.port} is taken by another process; choose another --port")
+    ensure_jars(broker)
+    broker.run_dir.mkdir(parents=True, exist_ok=True)
+    config = broker.run_dir / "server.properties"
+    config.write_text(_properties(broker))
+    _format_storage(broker, config)
+    command = _java(broker, "kafka.Kafka", str(config), heap_mb=broker.heap_mb)
+    with open(broker.run_dir / "stdout.log", "ab") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    broker.pid_file.write_text(str(process.pid))
+    _CHILDREN[process.pid] = process
+    _wait_ready(broker, timeout_s)
+    return broker.bootstrap
+
+
+def _wait_ready(broker: LocalBroker, timeout_s: float) -> None:
+    """Wait until the broker serves metadata (a port that accepts is not enough in KRaft)."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout_s
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    while time.monotonic() < deadline:
+        if running_pid(broker) is None:
+            raise BrokerError(f"the broker exited during start-up; see {broker.run_dir / 'stdout.log'}")
+        try:
+            metadata = admin.list_topics(timeout=2)
+            if metadata.brokers:
+                return
+        except Exception:  # noqa: BLE001 - any client error means "not ready yet"
+            pass
+        time.sleep(0.3)
+    raise BrokerError(f"the broker did not answer within {timeout_s:.0f} s")
+
+
+def stop(broker: LocalBroker, timeout_s: float = 30.0) -> bool:
+    """Stop the broker (SIGTERM, then SIGKILL); return whether one was running."""
+    pid = running_pid(broker)
+    if pid is None:
+        broker.pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and running_pid(broker) is not None:
+        time.sleep(0.2)
+    if running_pid(broker) is not None:
+        os.kill(pid, signal.SIGKILL)
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        child.wait(timeout_s)
+    broker.pid_file.unlink(missing_ok=True)
+    return True
+
+
+def wipe(broker: LocalBroker) -> None:
+    """Delete the broker's data (only when it is stopped)."""
+    if running_pid(broker) is not None:
+        raise BrokerError("stop the broker before wiping its data")
+    shutil.rmtree(broker.run_dir, ignore_errors=True)
+
+
+def status(broker: LocalBroker) -> str:
+    pid = running_pid(broker)
+    if pid is None:
+        return f"stopped ({broker.bootstrap})"
+    return f"running pid {pid} at {broker.bootstrap}"

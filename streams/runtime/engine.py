@@ -1,0 +1,278 @@
+"""The stream runtime: batched consume, one Kafka transaction per batch, state applied after commit.
+
+Why this design (docs/decisions/0001-stream-runtime.md has the measurements): a "seen" mark must
+never survive when the output it stands for was lost. Each batch therefore goes through four named
+steps, and only the last touches local state:
+
+1. ``_consume`` up to ``batch_max_messages`` records (librdkafka's batch ``consume``, far faster
+   than per-message ``poll`` from Python), read_committed.
+2. ``_process`` each record inside an open transaction: input topics are routed to the shard topic,
+   shard records are decided against :class:`BatchState` (store + in-memory writes of this batch);
+   a bad record becomes a dead letter in the same transaction.
+3. ``_commit``: the batch's state writes go to the changelog, the consumed offsets are added with
+   ``send_offsets_to_transaction`` (KIP-447: the group generation fences zombies), and the
+   transaction commits. Outputs, changelog and offsets become visible together or not at all.
+4. ``_apply``: only now are the writes applied to RocksDB, with the changelog offset they reach,
+   in one WriteBatch. A crash between 3 and 4 leaves the store one batch behind; recovery replays
+   that batch from the changelog on restart. A crash before 3 aborts the transaction (the next
+   ``init_transactions`` with the same ``transactional.id`` fences and aborts it).
+
+The transactional id is ``<app>-<stage>-<worker_id>``: stable across restarts of one worker so a
+restarted worker aborts its killed predecessor's open transaction at once instead of leaving
+read_committed consumers blocked until ``transaction.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from streams import records
+from streams.config import RuntimeSettings
+from streams.errors import RecordRejected, RuntimeFailure
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.recovery import recover
+from streams.runtime.stage import BatchState, Emit, Stage
+from streams.runtime.store import PartitionStore, RocksStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counters:
+    """Running totals of one worker (exported as metrics by the operations layer)."""
+
+    consumed: int = 0
+    emitted: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    aborted_batches: int = 0
+    recovered_records: int = 0
+    by_stage: dict[str, int] = field(default_factory=dict)
+
+
+StoreFactory = Callable[[int], PartitionStore]
+
+
+class Engine:
+    """Drives one :class:`Stage` in one worker process until stopped."""
+
+    def __init__(self, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings, group: str,
+                 changelog_topic: str, dead_letter_topic: str,
+                 store_factory: StoreFactory | None = None) -> None:
+        self.stage = stage
+        self.kafka = kafka
+        self.settings = settings
+        self.changelog_topic = changelog_topic
+        self.dead_letter_topic = dead_letter_topic
+        self.counters = Counters()
+        self._store_factory = store_factory or self._rocks_store
+        self._stores: dict[int, PartitionStore] = {}
+        self._stopping = False
+        self._assigned = False
+        self._last_activity = time.monotonic()
+        self._consumer = Consumer(self.kafka.consumer(group, **{
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.poll.interval.ms": 600_000,
+            # Static membership (KIP-345): a restarted worker takes its old place at once
+            # instead of waiting for the killed member's session to expire.
+            "group.instance.id": settings.worker_id,
+            "session.timeout.ms": 30_000,
+        }))
+        self._producer = Producer(self.kafka.transactional_producer(
+            f"{group}.{settings.worker_id}", settings.transaction_timeout_s))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _rocks_store(self, partition: int) -> PartitionStore:
+        path = Path(self.settings.state_dir) / self.settings.app_id / self.stage.name
+        path = path / self.settings.worker_id / f"shard-{partition:04d}"
+        return RocksStore(path, block_cache_mb=self.settings.rocksdb_block_cache_mb)
+
+    def stop(self, *_: Any) -> None:
+        """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
+        self._stopping = True
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run(self, idle_exit_s: float | None = None, on_batch: Callable[[Engine], None] | None = None) -> None:
+        """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
+        self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        topics = [*self.stage.route_topics, self.stage.state_topic]
+        self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_revoke)
+        self._last_activity = time.monotonic()
+        try:
+            while not self._stopping:
+                batch = self._consume()
+                if batch:
+                    self._run_batch(batch)
+                    self._last_activity = time.monotonic()
+                    if on_batch is not None:
+                        on_batch(self)
+                elif self._idle(idle_exit_s):
+                    break
+        finally:
+            self._close()
+
+    def _idle(self, idle_exit_s: float | None) -> bool:
+        """Idle time counts from the last batch or the last assignment, never from start-up."""
+        if idle_exit_s is None or not self._assigned:
+            return False
+        return time.monotonic() - self._last_activity > idle_exit_s
+
+    def _close(self) -> None:
+        self._consumer.close()
+        self._producer.flush(10)
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    # -- rebalance ---------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        opened = {tp.partition: self._store_factory(tp.partition) for tp in partitions
+                  if tp.topic == self.stage.state_topic and tp.partition not in self._stores}
+        result = recover(self.kafka, opened, self.changelog_topic)
+        self.counters.recovered_records += result.total
+        self._stores.update(opened)
+        self._assigned = True
+        self._last_activity = time.monotonic()
+        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.topic == self.stage.state_topic:
+                store = self._stores.pop(tp.partition, None)
+                if store is not None:
+                    store.close()
+
+    # -- the four steps of a batch -------------------------------------------------------------
+
+    def _consume(self) -> list[Message]:
+        messages = self._consumer.consume(self.settings.batch_max_messages,
+                                          timeout=self.settings.batch_max_wait_s)
+        batch = []
+        state_topic = self.stage.state_topic
+        for message in messages:
+            error = message.error()
+            if error is None:
+                if message.topic() == state_topic and message.partition() not in self._stores:
+                    continue  # fetched before its partition was revoked: not ours to process
+                batch.append(message)
+            elif error.fatal():
+                raise RuntimeFailure(f"consumer: {error}")
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer: %s", error)
+        return batch
+
+    def _run_batch(self, batch: list[Message]) -> None:
+        self._producer.begin_transaction()
+        try:
+            states = self._process(batch)
+            changelog_ends = self._commit(batch, states)
+        except KafkaException as error:
+            self._abort(batch, error)
+            return
+        self._apply(states, changelog_ends)
+        self.counters.batches += 1
+        self.counters.consumed += len(batch)
+
+    def _process(self, batch: list[Message]) -> dict[int, BatchState]:
+        states: dict[int, BatchState] = {}
+        state_topic = self.stage.state_topic
+        for message in batch:
+            try:
+                if message.topic() == state_topic:
+                    partition = message.partition()
+                    assert partition is not None
+                    state = states.get(partition)
+                    if state is None:
+                        state = states[partition] = BatchState(self._stores[partition])
+                    emits = self.stage.process(message, state)
+                else:
+                    emits = self.stage.route(message)
+            except RecordRejected as rejected:
+                emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
+            except Exception as error:  # noqa: BLE001 - a poison record must not stop the stage
+                log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
+                              message.offset())
+                emits = [self._dead_letter(message, "processing_error", repr(error))]
+            self._produce(emits)
+        return states
+
+    def _produce(self, emits: list[Emit]) -> None:
+        produce = self._producer.produce
+        for emit in emits:
+            if emit.partition is None:
+                produce(emit.topic, emit.value, emit.key)
+            else:
+                produce(emit.topic, emit.value, emit.key, partition=emit.partition)
+        self.counters.emitted += len(emits)
+
+    def _dead_letter(self, message: Message, reason: str, detail: str) -> Emit:
+        self.counters.dead_letters += 1
+        value = records.dead_letter(
+            reason=reason, detail=detail, stage=self.stage.name, topic=message.topic() or "",
+            partition=message.partition() or 0, offset=message.offset() or 0,
+            key=message.key(), value=message.value(),
+            max_value_bytes=self.settings.dead_letter_max_value_bytes,
+        )
+        return Emit(self.dead_letter_topic, value, message.key())
+
+    def _commit(self, batch: list[Message], states: dict[int, BatchState]) -> dict[int, int]:
+        """Changelog, offsets and outputs in one transaction; returns each shard's changelog end."""
+        changelog_ends: dict[int, int] = {}
+
+        def remember(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                changelog_ends[msg.partition()] = msg.offset()  # type: ignore[index]
+
+        for partition, state in states.items():
+            items = list(state.writes.items())
+            for index, (key, value) in enumerate(items):
+                last = index == len(items) - 1
+                self._producer.produce(self.changelog_topic, value, key, partition=partition,
+                                       on_delivery=remember if last else None)
+        self._producer.send_offsets_to_transaction(
+            self._offsets(batch), self._consumer.consumer_group_metadata(),
+            self.settings.transaction_timeout_s)
+        self._producer.commit_transaction(self.settings.transaction_timeout_s)
+        self._producer.poll(0)  # serve any delivery report commit_transaction left queued
+        return changelog_ends
+
+    @staticmethod
+    def _offsets(batch: list[Message]) -> list[TopicPartition]:
+        next_offsets: dict[tuple[str, int], int] = {}
+        for message in batch:
+            next_offsets[(message.topic(), message.partition())] = message.offset() + 1  # type: ignore[index,operator]
+        return [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+
+    def _apply(self, states: dict[int, BatchState], changelog_ends: dict[int, int]) -> None:
+        for partition, state in states.items():
+            if state.writes:
+                state.store.apply(state.writes, changelog_ends.get(partition))
+
+    def _abort(self, batch: list[Message], error: KafkaException) -> None:
+        """An abortable error: drop the batch's state, abort, rewind to the batch's first offsets."""
+        kafka_error: KafkaError = error.args[0]
+        if not kafka_error.txn_requires_abort():
+            raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
+        log.warning("aborting batch of %d: %s", len(batch), kafka_error)
+        self._producer.abort_transaction(self.settings.transaction_timeout_s)
+        self.counters.aborted_batches += 1
+        first: dict[tuple[str, int], int] = {}
+        for message in batch:
+            first.setdefault((message.topic(), message.partition()), message.offset())  # type: ignore[arg-type]
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))

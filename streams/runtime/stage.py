@@ -1,0 +1,91 @@
+"""What a stage gives the runtime: a router for input topics and a processor for its shards.
+
+A stage is two pure steps (after the Kafka Streams repartition idea):
+
+1. ``route`` runs on records of the input topics (whatever their partitioning): decode, validate,
+   compute the state key, and emit the record to the stage's shard topic keyed by that key. A bad
+   record raises :class:`~streams.errors.RecordRejected` and becomes a dead letter.
+2. ``process`` runs on records of the shard topic, whose partition *i* owns state store *i*; it
+   reads and writes :class:`BatchState` and returns what to emit.
+
+The runtime wraps both in one Kafka transaction per batch, so the emitted records, the state
+changes (as changelog records) and the consumed offsets are committed together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from streams.runtime.store import PartitionStore
+
+
+class Message(Protocol):
+    """The part of ``confluent_kafka.Message`` the stages use (stubbed in unit tests)."""
+
+    def topic(self) -> str | None: ...
+
+    def partition(self) -> int | None: ...
+
+    def offset(self) -> int | None: ...
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """One record to produce. ``partition=None`` leaves it to the murmur2 partitioner."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    partition: int | None = None
+
+
+class BatchState:
+    """A shard's state as seen inside one batch: committed store plus this batch's writes.
+
+    Writes stay in memory until the batch's transaction commits; only then does the runtime apply
+    them to the store (so local state is never ahead of Kafka), and it also sends them to the
+    changelog inside the transaction.
+    """
+
+    __slots__ = ("_store", "writes")
+
+    def __init__(self, store: PartitionStore) -> None:
+        self._store = store
+        self.writes: dict[bytes, bytes | None] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self.writes:
+            return self.writes[key]
+        return self._store.get(key)
+
+    def set(self, key: bytes, value: bytes) -> None:
+        self.writes[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.writes[key] = None
+
+    @property
+    def store(self) -> PartitionStore:
+        return self._store
+
+
+class Stage(Protocol):
+    """A stateful stage as the runtime drives it."""
+
+    name: str
+    route_topics: Sequence[str]   # input topics: routed to the shard topic
+    state_topic: str              # partition i of this topic owns state shard i
+
+    def route(self, message: Message) -> list[Emit]:
+        """Validate an input record and send it to its shard. May raise RecordRejected."""
+        ...
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        """Decide on a record of shard ``message.partition()``. May raise RecordRejected."""
+        ...

@@ -1,0 +1,102 @@
+"""Integration tests against the real broker: dead letters, restarts, shard checks, new partitions.
+
+Each test has fresh topic names (the ``prefix`` fixture) and runs the stage as its own worker
+process (``python -m streams url-dedup ... --idle-exit-s``), the way an operator runs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+from pathlib import Path
+
+import orjson
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from bench import harness as h
+from streams.runtime.kafka_io import KafkaConfig
+from streams.topics import Topics
+from tests.conftest import run_cli
+
+IDLE_S = "4"
+
+
+def _url_dedup(kafka: KafkaConfig, prefix: str, state_dir: Path, *extra: str) -> None:
+    result = run_cli(kafka, "--log-level", "INFO", "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+                     "--state-dir", str(state_dir), "--shards", "4", "--idle-exit-s", IDLE_S, *extra)
+    print(result.stderr.decode()[-3000:])
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+
+
+def _frontier(kafka: KafkaConfig, prefix: str, values: list[bytes], partitions: int = 3) -> None:
+    topics = Topics(prefix)
+    admin = AdminClient(kafka.admin())
+    if topics.frontier not in admin.list_topics(timeout=10).topics:
+        h.create_topics(kafka, [topics.frontier], partitions)
+    h.produce(kafka, topics.frontier, ((None, value) for value in values))
+
+
+def _urls(kafka: KafkaConfig, prefix: str) -> list[str]:
+    counts = h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
+                        value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
+    return sorted(url.decode() for url, n in counts.items() for _ in range(n))
+
+
+def _dead_letters(kafka: KafkaConfig, prefix: str) -> list[dict[str, object]]:
+    consumer_counts = h.read_all(kafka, Topics(prefix).dead_letters, idle_s=1.0, value_of=lambda _k, v: v)
+    return [orjson.loads(raw) for raw in consumer_counts.elements()]
+
+
+def test_bad_records_become_dead_letters_and_valid_ones_go_on(kafka: KafkaConfig, prefix: str,
+                                                               tmp_path: Path) -> None:
+    bad = [b'{"url": "http://a.example/1"', b'{"url": 42}', b'{"source_url": "http://a.example/"}']
+    values = [orjson.dumps({"url": f"http://ok.example/{i}"}) for i in range(3)]
+    _frontier(kafka, prefix, [values[0], bad[0], values[1], bad[1], values[2], bad[2]], partitions=1)
+    _url_dedup(kafka, prefix, tmp_path)
+
+    assert _urls(kafka, prefix) == [f"http://ok.example/{i}" for i in range(3)]
+    letters = sorted(_dead_letters(kafka, prefix), key=lambda d: int(str(d["source_offset"])))
+    assert [(d["reason"], d["source_offset"]) for d in letters] == [
+        ("invalid_json", 1), ("schema", 3), ("schema", 5)]
+    assert "url" in str(letters[1]["detail"]) and "url" in str(letters[2]["detail"])
+    for letter, original in zip(letters, bad, strict=True):
+        assert letter["source_topic"] == Topics(prefix).frontier
+        assert letter["source_partition"] == 0
+        assert letter["stage"] == "url-dedup"
+        assert base64.b64decode(str(letter["value_base64"])) == original
+
+
+def test_restart_and_lost_state_dir_do_not_emit_again(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    urls = [f"http://site{i % 7}.example/page/{i}" for i in range(300)]
+    _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls * 2])
+    _url_dedup(kafka, prefix, tmp_path)
+    assert _urls(kafka, prefix) == sorted(urls)
+
+    _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls[:50] + ["http://new.example/a"]])
+    _url_dedup(kafka, prefix, tmp_path)  # intact local store
+    shutil.rmtree(tmp_path / "app")       # the operator lost the state directory
+    _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls[50:] + ["http://new.example/b"]])
+    _url_dedup(kafka, prefix, tmp_path)   # state comes back from the changelog alone
+    assert _urls(kafka, prefix) == sorted([*urls, "http://new.example/a", "http://new.example/b"])
+
+
+def test_adding_input_partitions_keeps_dedup(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    urls = [f"http://p.example/{i}" for i in range(200)]
+    _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls], partitions=2)
+    _url_dedup(kafka, prefix, tmp_path)
+    admin = AdminClient(kafka.admin())
+    futures = admin.create_partitions([NewPartitions(Topics(prefix).frontier, 6)])
+    for future in futures.values():
+        future.result()
+    _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls])
+    _url_dedup(kafka, prefix, tmp_path)
+    assert _urls(kafka, prefix) == sorted(urls)
+
+
+def test_a_different_shard_count_is_refused(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    _frontier(kafka, prefix, [orjson.dumps({"url": "http://s.example/"})])
+    _url_dedup(kafka, prefix, tmp_path)
+    result = run_cli(kafka, "--log-level", "INFO", "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+                     "--state-dir", str(tmp_path), "--shards", "6", "--idle-exit-s", "1")
+    assert result.returncode == 2
+    assert b"shards=4" in result.stderr

@@ -1,0 +1,107 @@
+"""One suite over both PartitionStore implementations (memory and RocksDB)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.errors import StateError
+from streams.runtime.stage import BatchState
+from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PartitionStore]:
+    made: PartitionStore = MemoryStore() if request.param == "memory" else RocksStore(tmp_path / "s")
+    yield made
+    made.close()
+
+
+def test_fresh_store_is_empty(store: PartitionStore) -> None:
+    assert store.get(b"k") is None
+    assert store.changelog_offset() is None
+    assert list(store.items()) == []
+
+
+@pytest.mark.parametrize(
+    ("writes", "offset", "expected"),
+    [
+        ({b"a": b"1"}, 0, {b"a": b"1"}),
+        ({b"a": b"1", b"b": b"2"}, 7, {b"a": b"1", b"b": b"2"}),
+        ({b"a": None}, 3, {}),
+        ({}, 9, {}),
+    ],
+)
+def test_apply_writes_data_and_offset(store: PartitionStore, writes: dict[bytes, bytes | None],
+                                      offset: int, expected: dict[bytes, bytes]) -> None:
+    store.apply(writes, offset)
+    assert dict(store.items()) == expected
+    assert store.changelog_offset() == offset
+
+
+def test_apply_without_offset_keeps_the_previous_one(store: PartitionStore) -> None:
+    store.apply({b"a": b"1"}, 5)
+    store.apply({b"b": b"2"}, None)
+    assert store.changelog_offset() == 5
+    assert store.get(b"b") == b"2"
+
+
+def test_delete_removes(store: PartitionStore) -> None:
+    store.apply({b"a": b"1"}, 1)
+    store.apply({b"a": None}, 2)
+    assert store.get(b"a") is None
+
+
+def test_meta_is_not_data(store: PartitionStore) -> None:
+    store.set_meta("shards", b"8")
+    assert store.get_meta("shards") == b"8"
+    assert store.get(b"shards") is None
+    assert all(key != b"shards" for key, _ in store.items())
+
+
+def test_batch_state_reads_its_own_writes_before_the_store(store: PartitionStore) -> None:
+    store.apply({b"a": b"old", b"b": b"kept"}, 1)
+    state = BatchState(store)
+    state.set(b"a", b"new")
+    state.delete(b"b")
+    assert (state.get(b"a"), state.get(b"b"), state.get(b"c")) == (b"new", None, None)
+    assert store.get(b"a") == b"old"  # nothing reaches the store before the commit
+
+
+def test_rocks_store_survives_reopen(tmp_path: Path) -> None:
+    first = RocksStore(tmp_path / "s")
+    first.apply({b"a": b"1"}, 41)
+    first.close()
+    second = RocksStore(tmp_path / "s")
+    assert (second.get(b"a"), second.changelog_offset()) == (b"1", 41)
+    second.close()
+
+
+def test_rocks_store_refuses_another_format(tmp_path: Path) -> None:
+    first = RocksStore(tmp_path / "s")
+    first.set_meta(FORMAT_VERSION_KEY, b"999")
+    first.close()
+    with pytest.raises(StateError, match="format"):
+        RocksStore(tmp_path / "s")
+
+
+def test_rocks_store_directory_is_owner_only(tmp_path: Path) -> None:
+    RocksStore(tmp_path / "s").close()
+    assert (tmp_path / "s").stat().st_mode & 0o077 == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=40))
+def test_memory_and_rocks_agree(tmp_path_factory: pytest.TempPathFactory,
+                                writes: list[tuple[bytes, bytes | None]]) -> None:
+    memory, rocks = MemoryStore(), RocksStore(tmp_path_factory.mktemp("agree") / "s")
+    for offset, (key, value) in enumerate(writes):
+        memory.apply({key: value}, offset)
+        rocks.apply({key: value}, offset)
+    assert list(memory.items()) == list(rocks.items())
+    assert memory.changelog_offset() == rocks.changelog_offset()
+    rocks.close()
