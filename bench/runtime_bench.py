@@ -99,7 +99,8 @@ def _markdown(rates: list[dict[str, Any]], kills: list[dict[str, Any]], meta: di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--distinct", type=int, default=700_000)
     parser.add_argument("--kills", type=int, default=20)
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d"), "kafka": "4.1.2", "partitions": PARTITIONS,
             "command": "python -m bench.runtime_bench " + " ".join(argv or sys.argv[1:])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "runtime.json").write_text(json.dumps({"meta": meta, "rates": rates, "kills": kills}, indent=2))
+    results = {"meta": meta, "rates": rates, "kills": kills}
+    (RESULTS / "runtime.json").write_text(json.dumps(results, indent=2))
     table = _markdown(rates, kills, meta)
     (RESULTS / "runtime.md").write_text(table)
     print(table)

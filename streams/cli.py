@@ -7,15 +7,23 @@ runtime. ``--help`` on every command lists its options.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streams import config, kafka_local
 from streams.errors import StreamsError
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.stage import Stage
+from streams.runtime.store import PartitionStore
+
+if TYPE_CHECKING:
+    from streams.url_dedup import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -46,10 +54,10 @@ def _kafka(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runtime_settings(args: argparse.Namespace, **extra: object) -> config.RuntimeSettings:
+def _runtime_settings(args: argparse.Namespace) -> config.RuntimeSettings:
     return config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id,
                        worker_id=args.worker_id, state_dir=args.state_dir, shards=args.shards,
-                       batch_max_messages=args.batch_max_messages, **extra)
+                       batch_max_messages=args.batch_max_messages)
 
 
 def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
@@ -73,36 +81,89 @@ def _first_seen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
+    from streams.url_dedup import UrlDedupSettings
+
+    return config.load(UrlDedupSettings, "url_dedup", args.config, profile=getattr(args, "profile", None),
+                       seen_set=getattr(args, "seen_set", None))
+
+
 def _url_dedup(args: argparse.Namespace) -> int:
+    from streams.runtime.engine import stage_dir
     from streams.runtime.runner import StageTopics, run_stage
     from streams.topics import Topics
-    from streams.url_dedup import UrlDedupStage
+    from streams.url_dedup import UrlDedupStage, store_factory
 
     settings = _runtime_settings(args)
+    url_settings = _url_settings(args)
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
-    stage = UrlDedupStage(topics, settings.app_id, settings.max_record_bytes)
+    stage = UrlDedupStage(topics, settings.app_id, url_settings, settings.max_record_bytes)
     if args.offline:
-        return _offline(args, stage, topics.new_urls)
+        with _offline_dir(args) as directory:
+            make = store_factory(url_settings, 1, directory / stage.name, settings.rocksdb_block_cache_mb)
+            return _offline(stage, make(0), topics.new_urls)
+    make = store_factory(url_settings, settings.shards, stage_dir(settings, stage.name),
+                         settings.rocksdb_block_cache_mb)
     io = StageTopics(inputs=[topics.frontier], outputs=[topics.new_urls])
-    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s)
+    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,
+              store_factory=make)
     return 0
 
 
-def _offline(args: argparse.Namespace, stage: Stage, output_topic: str) -> int:
-    import tempfile
-
-    from streams.runtime.offline import run_offline
-    from streams.runtime.store import RocksStore
-
+@contextlib.contextmanager
+def _offline_dir(args: argparse.Namespace) -> Iterator[Path]:
+    """The offline state directory: ``--state-dir``, or a temporary one removed afterwards."""
+    if args.state_dir is not None:
+        yield Path(args.state_dir) / "offline"
+        return
     with tempfile.TemporaryDirectory(prefix="streams-offline-") as scratch:
-        directory = args.state_dir or Path(scratch)
-        store = RocksStore(Path(directory) / "offline" / stage.name)
-        try:
-            run_offline(stage, store, sys.stdin.buffer, output_topic)
-        finally:
-            store.close()
+        yield Path(scratch)
+
+
+def _offline(stage: Stage, store: PartitionStore, output_topic: str) -> int:
+    from streams.runtime.offline import run_offline
+
+    try:
+        run_offline(stage, store, sys.stdin.buffer, output_topic)
+    finally:
+        store.close()
     return 0
+
+
+def _url_migrate(args: argparse.Namespace) -> int:
+    from streams.topics import Topics
+    from streams.url_dedup import STAGE
+    from streams.url_migrate import migrate
+
+    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
+    topics = Topics(_topic_settings(args).prefix)
+    report = migrate(kafka_config(args), topics.group(settings.app_id, STAGE),
+                     topics.shards(settings.app_id, STAGE), topics.changelog(settings.app_id, STAGE),
+                     _url_settings(args))
+    print(f"re-fingerprinted {report.urls} URLs: {report.moved} moved, {report.merged} merged, "
+          f"{report.rejected} refused by the new rules (kept)")
+    return 0
+
+
+def _canonicalize(args: argparse.Namespace) -> int:
+    from streams.urls.canonical import canonicalize_lines
+
+    url_settings = _url_settings(args)
+    canonicalize_lines(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"),
+                       sys.stdout, url_settings.canonical())
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from streams import demo
+
+    return demo.run()
+
+
+def _add_url_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--profile", choices=["safe", "aggressive"], default=None,
+                         help="canonicalization profile (default safe; rules in docs/canonicalization.md)")
 
 
 def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) -> None:
@@ -143,7 +204,26 @@ def _parser() -> argparse.ArgumentParser:
 
     url_dedup = commands.add_parser("url-dedup", help="emit each new frontier URL once")
     _add_worker_options(url_dedup)
+    _add_url_options(url_dedup)
+    url_dedup.add_argument("--seen-set", choices=["exact", "bloom"], default=None,
+                           help="exact: RocksDB set behind a Bloom filter (default); "
+                                "bloom: a Bloom filter only")
     url_dedup.set_defaults(handler=_url_dedup)
+
+    migrate = commands.add_parser(
+        "url-dedup-migrate", help="re-fingerprint the URL seen-set for new canonicalization settings")
+    migrate.add_argument("--app-id", default=None)
+    migrate.add_argument("--topic-prefix", default=None)
+    _add_url_options(migrate)
+    migrate.set_defaults(handler=_url_migrate)
+
+    canonicalize = commands.add_parser(
+        "canonicalize", help="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines")
+    _add_url_options(canonicalize)
+    canonicalize.set_defaults(handler=_canonicalize)
+
+    demo = commands.add_parser("demo", help="run the stages end to end on a generated crawl")
+    demo.set_defaults(handler=_demo)
     return parser
 
 

@@ -68,6 +68,9 @@ def _convert(raw: Any, annotation: Any, name: str) -> Any:
     if isinstance(annotation, types.UnionType):
         target = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
     try:
+        if typing.get_origin(target) is tuple:
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            return tuple(str(item).strip() for item in items if str(item).strip())
         if target is bool and isinstance(raw, str):
             if raw.lower() not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
                 raise ValueError(raw)

@@ -1,46 +1,66 @@
 """URL dedup stage: emit each URL of the frontier the first time it is seen, exactly once.
 
-First version (issue 2, the foundation): frontier records are decoded and validated (bad ones
-become dead letters), keyed by a 128-bit mmh3 fingerprint of the URL, re-keyed into the stage's
-shard topic, and decided against the exact fingerprint set of their shard; a new URL goes to the
-new-URLs topic keyed by host, so fetchers keep per-host politeness. Canonicalization profiles, the
-Bloom filter in front of the exact set and the migration command come with issue 3; until then the
-URL is used as given (``CANONICALIZATION_VERSION = 0``, the identity).
+route (any frontier partition): decode and validate the record, resolve the URL against its
+``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
+``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
+fingerprint. A bad record or URL becomes a dead letter with the reason.
+
+process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
+recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
+and emitted to the new-URLs topic keyed by host, so fetchers keep per-host politeness. Repeats are
+counted, not emitted. The seen-set is the exact RocksDB set behind a Bloom filter (default) or a
+Bloom filter alone (``seen_set = "bloom"``), see :mod:`streams.runtime.bloom_store`.
+
+The canonicalization version is part of the state (a metadata key, changelogged like the rest):
+a worker whose version differs from its state's refuses to start until the state is migrated
+(``python -m streams url-dedup-migrate``), instead of mixing two fingerprint spaces silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
-import mmh3
 import orjson
 
 from streams import records
-from streams.errors import RecordRejected
+from streams.errors import ConfigError, RecordRejected
 from streams.records import RecordKind
 from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.store import PartitionStore
 from streams.topics import Topics
+from streams.urls import canonical
+from streams.urls.canonical import CANONICALIZATION_VERSION, CanonicalSettings
 
 STAGE = "url-dedup"
-CANONICALIZATION_VERSION = 0
-SEEN = b"\x01"
+VERSION_KEY = b"meta:canonicalization_version"
 
 
-def fingerprint(canonical_url: str) -> bytes:
-    """128-bit MurmurHash3 (x64) of the canonical URL, 16 bytes big-endian (fixed-width keys)."""
-    return int(mmh3.hash128(canonical_url.encode(), signed=False)).to_bytes(16, "big")
+@dataclass(frozen=True)
+class UrlDedupSettings:
+    """Settings of the URL stage (``[url_dedup]`` in TOML, ``STREAMS_URL_DEDUP_*``)."""
+
+    profile: str = "safe"                    # canonicalization profile: safe | aggressive
+    max_url_bytes: int = 4096                # longer URLs are dead letters (url_too_long)
+    session_id_params: tuple[str, ...] = canonical.SESSION_ID_PARAMS   # aggressive only
+    tracking_params: tuple[str, ...] = canonical.TRACKING_PARAMS       # aggressive only
+    tracking_param_prefixes: tuple[str, ...] = ("utm_",)               # aggressive only
+    seen_set: str = "exact"                  # exact (RocksDB + Bloom front) | bloom (Bloom only)
+    expected_urls: int = 10_000_000          # all shards together; sizes the Bloom filters
+    bloom_false_positive_rate: float = 0.01  # front filter (exact) or target rate (bloom)
+
+    def canonical(self) -> CanonicalSettings:
+        return CanonicalSettings(profile=self.profile, max_url_bytes=self.max_url_bytes,
+                                 session_id_params=self.session_id_params,
+                                 tracking_params=self.tracking_params,
+                                 tracking_param_prefixes=self.tracking_param_prefixes)
 
 
-def host_of(url: str) -> str:
-    try:
-        host = urlsplit(url).hostname
-    except ValueError as error:
-        raise RecordRejected("invalid_url", f"cannot parse URL: {error}") from error
-    if not host:
-        raise RecordRejected("invalid_url", "URL has no host")
-    return host
+def state_version(settings: UrlDedupSettings) -> bytes:
+    """What the state records: the canonicalization version and the profile it was built with."""
+    return f"{CANONICALIZATION_VERSION}:{settings.profile}".encode()
 
 
 @dataclass
@@ -49,21 +69,35 @@ class UrlDedupStage:
 
     topics: Topics
     app_id: str
+    settings: UrlDedupSettings = field(default_factory=UrlDedupSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     name: str = STAGE
+    repeats: int = 0
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.route_topics = [self.topics.frontier]
         self.state_topic = self.topics.shards(self.app_id, self.name)
+        self._canonical = self.settings.canonical()
+        self._version = state_version(self.settings)
+        self._keep_urls = self.settings.seen_set == "exact"
+        self._checked: set[int] = set()
+
+    def open_shard(self, partition: int, store: PartitionStore) -> None:
+        """Refuse a recovered shard of another canonicalization before anything is routed."""
+        found = store.get(VERSION_KEY)
+        if found is not None:
+            self._refuse_other_version(partition, found)
+            self._checked.add(partition)
 
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FRONTIER_URL, message.value(),
                                 max_record_bytes=self.max_record_bytes)
-        url = record["url"].strip()
-        host = host_of(url)
-        key = fingerprint(url)
+        source = record.get("source_url")
+        url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
+        key = canonical.fingerprint(url)
+        host = urlsplit(url).hostname or ""
         shard_record = {**record, "canonical": url, "host": host, "fingerprint": key.hex()}
         return [Emit(self.state_topic, orjson.dumps(shard_record), key)]
 
@@ -71,9 +105,49 @@ class UrlDedupStage:
         key = message.key()
         if key is None or len(key) != 16:
             raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
+        self._check_version(message.partition() or 0, state)
         if state.get(key) is not None:
+            self.repeats += 1
             return []
-        state.set(key, SEEN)
         record = orjson.loads(message.value() or b"{}")
+        state.set(key, record["canonical"].encode() if self._keep_urls else b"")
         new_url = records.encode(RecordKind.NEW_URL, record)
         return [Emit(self.topics.new_urls, new_url, record["host"].encode())]
+
+    def _check_version(self, partition: int, state: BatchState) -> None:
+        """On a shard's first record: adopt an empty shard, refuse one of another version."""
+        if partition in self._checked:
+            return
+        found = state.get(VERSION_KEY)
+        if found is None:
+            state.set(VERSION_KEY, self._version)
+        else:
+            self._refuse_other_version(partition, found)
+        self._checked.add(partition)
+
+    def _refuse_other_version(self, partition: int, found: bytes) -> None:
+        if found != self._version:
+            raise ConfigError(
+                f"shard {partition} was built with canonicalization {found.decode(errors='replace')}, "
+                f"this worker uses {self._version.decode()}: stop all workers and run "
+                "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
+
+
+def store_factory(settings: UrlDedupSettings, shards: int, directory: Path,
+                  block_cache_mb: int) -> Callable[[int], PartitionStore]:
+    """A function partition -> seen-set store for the configured mode."""
+    from streams.runtime.bloom_store import BloomFrontStore, BloomOnlyStore
+    from streams.runtime.store import RocksStore
+
+    per_shard = max(1, settings.expected_urls // shards)
+
+    def make(partition: int) -> PartitionStore:
+        shard_dir = directory / f"shard-{partition:04d}"
+        if settings.seen_set == "bloom":
+            return BloomOnlyStore(shard_dir, per_shard, settings.bloom_false_positive_rate)
+        if settings.seen_set != "exact":
+            raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
+        inner = RocksStore(shard_dir / "rocksdb", block_cache_mb=block_cache_mb)
+        return BloomFrontStore(inner, shard_dir, per_shard, settings.bloom_false_positive_rate)
+
+    return make

@@ -27,8 +27,8 @@ def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path:
                "--app-id", "app", "--worker-id", "w0", "--state-dir", str(tmp_path / "state"),
                "--topic-prefix", prefix, "--batch-max-messages", "500"]
     env_command = _with_bootstrap(kafka, command)
-    report = h.run_with_kills(env_command, lambda: h.committed_total(kafka, f"{prefix}app.first-seen", source, 4),
-                              len(keys), KILLS, tmp_path / "worker.log", timeout_s=300)
+    progress = lambda: h.committed_total(kafka, f"{prefix}app.first-seen", source, 4)  # noqa: E731
+    report = h.run_with_kills(env_command, progress, len(keys), KILLS, tmp_path / "worker.log", timeout_s=300)
     assert report.kills == KILLS
     result = h.verdict(set(keys), h.read_all(kafka, sink))
     assert result == {"expected": 21_000, "emitted_distinct": 21_000, "lost": 0, "doubled": 0,
@@ -46,11 +46,13 @@ def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: 
                "--batch-max-messages", "500"]
     shards = topics.shards("app", "url-dedup")
     report = h.run_with_kills(
-        _with_bootstrap(kafka, command), lambda: h.committed_total(kafka, f"{prefix}app.url-dedup", topics.frontier, 3),
+        _with_bootstrap(kafka, command),
+        lambda: h.committed_total(kafka, f"{prefix}app.url-dedup", topics.frontier, 3),
         len(stream), KILLS, tmp_path / "worker.log", timeout_s=300,
         done=lambda: h.caught_up(kafka, f"{prefix}app.url-dedup", shards))
     assert report.kills == KILLS
-    counts = h.read_all(kafka, topics.new_urls, value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
+    counts = h.read_all(kafka, topics.new_urls,
+                        value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
     assert h.verdict({u.encode() for u in urls}, counts) == {
         "expected": 12_000, "emitted_distinct": 12_000, "lost": 0, "doubled": 0, "unexpected": 0}
 

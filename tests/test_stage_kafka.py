@@ -22,8 +22,9 @@ IDLE_S = "4"
 
 
 def _url_dedup(kafka: KafkaConfig, prefix: str, state_dir: Path, *extra: str) -> None:
-    result = run_cli(kafka, "--log-level", "INFO", "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
-                     "--state-dir", str(state_dir), "--shards", "4", "--idle-exit-s", IDLE_S, *extra)
+    result = run_cli(kafka, "--log-level", "INFO", "url-dedup", "--topic-prefix", prefix, "--app-id", "app",
+                     "--worker-id", "w0", "--state-dir", str(state_dir), "--shards", "4",
+                     "--idle-exit-s", IDLE_S, *extra)
     print(result.stderr.decode()[-3000:])
     assert result.returncode == 0, result.stderr.decode()[-3000:]
 
@@ -66,7 +67,8 @@ def test_bad_records_become_dead_letters_and_valid_ones_go_on(kafka: KafkaConfig
         assert base64.b64decode(str(letter["value_base64"])) == original
 
 
-def test_restart_and_lost_state_dir_do_not_emit_again(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+def test_restart_and_lost_state_dir_do_not_emit_again(kafka: KafkaConfig, prefix: str,
+                                                      tmp_path: Path) -> None:
     urls = [f"http://site{i % 7}.example/page/{i}" for i in range(300)]
     _frontier(kafka, prefix, [orjson.dumps({"url": u}) for u in urls * 2])
     _url_dedup(kafka, prefix, tmp_path)
@@ -96,7 +98,33 @@ def test_adding_input_partitions_keeps_dedup(kafka: KafkaConfig, prefix: str, tm
 def test_a_different_shard_count_is_refused(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
     _frontier(kafka, prefix, [orjson.dumps({"url": "http://s.example/"})])
     _url_dedup(kafka, prefix, tmp_path)
-    result = run_cli(kafka, "--log-level", "INFO", "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+    result = run_cli(kafka, "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
                      "--state-dir", str(tmp_path), "--shards", "6", "--idle-exit-s", "1")
     assert result.returncode == 2
     assert b"shards=4" in result.stderr
+
+
+def test_canonical_spellings_are_one_url(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    spellings = ["HTTP://Example.COM:80/a/./b/../c", "http://example.com/a/c#top", "http://example.com/a/%63",
+                 "c", "http://other.example/x?"]
+    values = [orjson.dumps({"url": u, "source_url": "http://example.com/a/b"}) for u in spellings]
+    _frontier(kafka, prefix, values)
+    _url_dedup(kafka, prefix, tmp_path)
+    assert _urls(kafka, prefix) == ["HTTP://Example.COM:80/a/./b/../c", "http://other.example/x?"]
+
+
+def test_a_new_profile_is_refused_until_migrated(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    _frontier(kafka, prefix, [orjson.dumps({"url": "http://www.shop.example/item?utm_source=a&id=1"})])
+    _url_dedup(kafka, prefix, tmp_path)
+    _frontier(kafka, prefix, [orjson.dumps({"url": "http://shop.example/item?id=1&utm_medium=b"})])
+    refused = run_cli(kafka, "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+                      "--state-dir", str(tmp_path), "--shards", "4", "--idle-exit-s", "2",
+                      "--profile", "aggressive")
+    assert refused.returncode == 2 and b"url-dedup-migrate" in refused.stderr
+
+    migrated = run_cli(kafka, "url-dedup-migrate", "--topic-prefix", prefix, "--app-id", "app",
+                       "--profile", "aggressive")
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    assert b"re-fingerprinted 1 URLs: 1 moved" in migrated.stdout
+    _url_dedup(kafka, prefix, tmp_path, "--profile", "aggressive")
+    assert _urls(kafka, prefix) == ["http://www.shop.example/item?utm_source=a&id=1"]  # no second one

@@ -10,13 +10,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.errors import StateError
+from streams.runtime.bloom_store import BloomFrontStore
 from streams.runtime.stage import BatchState
 from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+def _bloom_front(path: Path) -> PartitionStore:
+    return BloomFrontStore(RocksStore(path / "rocksdb"), path, capacity_items=1000, false_positive_rate=0.01)
+
+
+STORES = {
+    "memory": lambda path: MemoryStore(),
+    "rocksdb": lambda path: RocksStore(path / "s"),
+    "bloom-front": _bloom_front,
+}
+
+
+@pytest.fixture(params=sorted(STORES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PartitionStore]:
-    made: PartitionStore = MemoryStore() if request.param == "memory" else RocksStore(tmp_path / "s")
+    made: PartitionStore = STORES[request.param](tmp_path)
     yield made
     made.close()
 

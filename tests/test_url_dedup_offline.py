@@ -11,7 +11,8 @@ import orjson
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage, fingerprint
+from streams.url_dedup import UrlDedupStage
+from streams.urls.canonical import fingerprint
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,6 +44,7 @@ def test_each_url_once_and_bad_lines_skipped() -> None:
     assert written == 2
     assert [(r["url"], r["host"]) for r in out] == [("http://a.example/x", "a.example"),
                                                      ("http://b.example/", "b.example")]
+    assert [r["canonical"] for r in out] == ["http://a.example/x", "http://b.example/"]
     assert out[0]["fingerprint"] == fingerprint("http://a.example/x").hex()
 
 

@@ -30,14 +30,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams import records
 from streams.config import RuntimeSettings
-from streams.errors import RecordRejected, RuntimeFailure
+from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.recovery import recover
 from streams.runtime.stage import BatchState, Emit, Stage
@@ -60,6 +59,11 @@ class Counters:
 
 
 StoreFactory = Callable[[int], PartitionStore]
+
+
+def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
+    """Where one worker keeps one stage's shard stores."""
+    return Path(settings.state_dir) / settings.app_id / stage_name / settings.worker_id
 
 
 class Engine:
@@ -93,8 +97,7 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _rocks_store(self, partition: int) -> PartitionStore:
-        path = Path(self.settings.state_dir) / self.settings.app_id / self.stage.name
-        path = path / self.settings.worker_id / f"shard-{partition:04d}"
+        path = stage_dir(self.settings, self.stage.name) / f"shard-{partition:04d}"
         return RocksStore(path, block_cache_mb=self.settings.rocksdb_block_cache_mb)
 
     def stop(self, *_: Any) -> None:
@@ -145,6 +148,8 @@ class Engine:
                   if tp.topic == self.stage.state_topic and tp.partition not in self._stores}
         result = recover(self.kafka, opened, self.changelog_topic)
         self.counters.recovered_records += result.total
+        for partition, store in opened.items():
+            self.stage.open_shard(partition, store)
         self._stores.update(opened)
         self._assigned = True
         self._last_activity = time.monotonic()
@@ -204,6 +209,8 @@ class Engine:
                     emits = self.stage.route(message)
             except RecordRejected as rejected:
                 emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
+            except StreamsError:
+                raise  # the worker's configuration or state is wrong: stop, say why
             except Exception as error:  # noqa: BLE001 - a poison record must not stop the stage
                 log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
                               message.offset())
@@ -235,8 +242,9 @@ class Engine:
         changelog_ends: dict[int, int] = {}
 
         def remember(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                changelog_ends[msg.partition()] = msg.offset()  # type: ignore[index]
+            partition, offset = msg.partition(), msg.offset()
+            if err is None and partition is not None and offset is not None:
+                changelog_ends[partition] = offset
 
         for partition, state in states.items():
             items = list(state.writes.items())

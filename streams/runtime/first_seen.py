@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from streams.errors import RecordRejected
 from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.store import PartitionStore
 
 SEEN = b"\x01"
 
@@ -27,6 +28,9 @@ class FirstSeenStage:
     @property
     def state_topic(self) -> str:
         return self.input_topic
+
+    def open_shard(self, partition: int, store: PartitionStore) -> None:
+        pass
 
     def route(self, message: Message) -> list[Emit]:
         raise AssertionError("first-seen has no input topics to route")

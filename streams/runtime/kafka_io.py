@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
 from streams.errors import ConfigError, ShardCountMismatch
 

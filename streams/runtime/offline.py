@@ -53,6 +53,7 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
     """Feed ``lines`` through ``stage``; write what reaches ``output_topic``; return records written."""
     out = out if out is not None else sys.stdout.buffer
     source = stage.route_topics[0]
+    stage.open_shard(0, store)
     written = 0
     for number, line in enumerate(lines, start=1):
         line = line.rstrip(b"\r\n")

@@ -112,6 +112,7 @@ def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadli
             raise RuntimeFailure(f"recovery of {topic} did not reach the end in time")
         for message in consumer.consume(10_000, timeout=0.1):
             partition = message.partition()
+            assert partition is not None
             error = message.error()
             if error is None:
                 pending[partition].add(message)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch
-from streams.runtime.engine import Engine
+from streams.runtime.engine import Engine, StoreFactory, stage_dir
 from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
 from streams.runtime.stage import Stage
 from streams.topics import Topics
@@ -25,10 +25,6 @@ class StageTopics:
 
     inputs: list[str]
     outputs: list[str]
-
-
-def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
-    return Path(settings.state_dir) / settings.app_id / stage_name / settings.worker_id
 
 
 def check_local_shards(directory: Path, shards: int) -> None:
@@ -47,7 +43,8 @@ def check_local_shards(directory: Path, shards: int) -> None:
 
 
 def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
-              topic_settings: TopicSettings, idle_exit_s: float | None = None) -> Engine:
+              topic_settings: TopicSettings, idle_exit_s: float | None = None,
+              store_factory: StoreFactory | None = None) -> Engine:
     """Create topics, check shards, run until stopped; return the engine (for its counters)."""
     topics = Topics(topic_settings.prefix)
     changelog = topics.changelog(settings.app_id, stage.name)
@@ -61,7 +58,7 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     ]
     ensure_topics(kafka, specs, topic_settings.replication_factor)
     group = topics.group(settings.app_id, stage.name)
-    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters)
+    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, store_factory)
     engine.install_signal_handlers()
     engine.run(idle_exit_s=idle_exit_s)
     return engine

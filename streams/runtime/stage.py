@@ -79,8 +79,20 @@ class Stage(Protocol):
     """A stateful stage as the runtime drives it."""
 
     name: str
-    route_topics: Sequence[str]   # input topics: routed to the shard topic
-    state_topic: str              # partition i of this topic owns state shard i
+
+    @property
+    def route_topics(self) -> Sequence[str]:
+        """Input topics: their records are routed to the shard topic."""
+        ...
+
+    @property
+    def state_topic(self) -> str:
+        """The shard topic: its partition i owns state shard i."""
+        ...
+
+    def open_shard(self, partition: int, store: PartitionStore) -> None:
+        """Called once a shard's store is recovered, before its first record; may refuse it."""
+        ...
 
     def route(self, message: Message) -> list[Emit]:
         """Validate an input record and send it to its shard. May raise RecordRejected."""

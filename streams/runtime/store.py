@@ -152,6 +152,7 @@ class RocksStore:
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         for key, value in self._db.items(from_key=DATA_PREFIX):
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw_mode
             if not key.startswith(DATA_PREFIX):
                 break
             yield key[len(DATA_PREFIX):], value

@@ -1,0 +1,1 @@
+"""URL handling for the dedup stages (canonical forms, fingerprints, URL-keyed structures)."""

@@ -1,0 +1,330 @@
+"""Canonical URLs: one spelling per resource, so the dedup stage keys each URL once.
+
+Profile ``safe`` applies only meaning-preserving rewrites: RFC 3986 §6.2.2 (case, escapes, dot
+segments) and §6.2.3 (default port, empty path), the WHATWG URL Standard's host parser (UTS #46
+IDNA, IPv4 numbers in any base, IPv6), and fragment removal (never sent, RFC 9110 §7.1).
+``aggressive`` adds rewrites that may merge distinct resources: ``www.``, session-id and tracking
+parameters, query order. Rules and examples: ``docs/canonicalization.md``.
+
+Pure and total: any ``str`` gives a canonical URL or :class:`~streams.errors.RecordRejected`.
+Length is checked first, parsing uses ``find``/``partition`` (no regular expression) and escapes
+are decoded once in one pass, so hostile inputs cost linear time. Idempotent by construction.
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple, TextIO
+
+import mmh3
+import orjson
+
+from streams.errors import ConfigError, RecordRejected
+from streams.urls.host import C0_AND_SPACE, DIGITS, HEX, normalize_host, strip_www
+
+CANONICALIZATION_VERSION = 1
+"""Bumped whenever any output could change; state built with another version must be migrated."""
+
+PROFILES = ("safe", "aggressive")
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+-.")  # RFC 3986 §3.1
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 §2.3
+_SUB_DELIMS = frozenset("!$&'()*+,;=")  # RFC 3986 §2.2
+_USERINFO_SAFE = _UNRESERVED | _SUB_DELIMS | {":"}  # RFC 3986 §3.2.1
+_PATH_SAFE = _UNRESERVED | _SUB_DELIMS | {":", "@", "/"}  # pchar and "/", RFC 3986 §3.3
+_QUERY_SAFE = _PATH_SAFE | {"?"}  # RFC 3986 §3.4
+_DROP_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newline"
+
+# Defaults of CanonicalSettings (aggressive profile only). Session ids: Java servlets, PHP, classic
+# ASP and ASP.NET, ColdFusion, osCommerce/Zen Cart and generic spellings.
+SESSION_ID_PARAMS: tuple[str, ...] = (
+    "jsessionid", "phpsessid", "aspsessionid", "asp.net_sessionid", "sid", "sessionid",
+    "session_id", "sessid", "cfid", "cftoken", "oscsid", "zenid",
+)
+# Click and campaign identifiers of ad and mail platforms (Google, Microsoft, Meta, Yandex,
+# Mailchimp, HubSpot, Marketo, Instagram, TikTok, X); ``utm_*`` goes by prefix.
+TRACKING_PARAMS: tuple[str, ...] = (
+    "gclid", "gclsrc", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "mc_cid",
+    "mc_eid", "_ga", "_gl", "igshid", "_hsenc", "_hsmi", "mkt_tok", "ttclid", "twclid",
+)
+
+
+@dataclass(frozen=True)
+class CanonicalSettings:
+    """What :func:`canonicalize` does beyond the fixed rules (changing one changes outputs).
+
+    * ``profile`` -- ``"safe"`` (default: meaning-preserving rewrites only) or ``"aggressive"``.
+    * ``max_url_bytes`` -- 4096: longer input (UTF-8 octets) or output is ``url_too_long``; twice
+      the Sitemaps protocol's 2,048-character limit, far above real links.
+    * ``session_id_params`` -- :data:`SESSION_ID_PARAMS`; query and ``;name=value`` path parameters
+      removed by the aggressive profile, names matched case-insensitively.
+    * ``tracking_params`` -- :data:`TRACKING_PARAMS`; query parameters removed by the aggressive
+      profile, case-insensitively.
+    * ``tracking_param_prefixes`` -- ``("utm_",)``: likewise, for any name with one of the prefixes.
+    * ``strip_www`` -- True: the aggressive profile removes leading ``www.`` labels.
+    * ``sort_query`` -- True: the aggressive profile sorts query parameters by name, then value.
+    """
+
+    profile: str = "safe"
+    max_url_bytes: int = 4096
+    session_id_params: tuple[str, ...] = SESSION_ID_PARAMS
+    tracking_params: tuple[str, ...] = TRACKING_PARAMS
+    tracking_param_prefixes: tuple[str, ...] = ("utm_",)
+    strip_www: bool = True
+    sort_query: bool = True
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ConfigError(f"canonicalization profile must be one of {PROFILES}, not {self.profile!r}")
+        if self.max_url_bytes < 1:
+            raise ConfigError(f"max_url_bytes must be positive, not {self.max_url_bytes}")
+
+    @property
+    def aggressive(self) -> bool:
+        return self.profile == "aggressive"
+
+
+DEFAULT = CanonicalSettings()
+
+
+class _Reference(NamedTuple):
+    """A URI reference split as in RFC 3986 Appendix B; None means "component absent"."""
+
+    scheme: str | None
+    authority: str | None
+    path: str
+    query: str | None
+
+
+def canonicalize(url: str, settings: CanonicalSettings = DEFAULT, base: str | None = None) -> str:
+    """The canonical form of ``url``, resolved against ``base`` (the page it was found on) if relative.
+
+    Raises :class:`RecordRejected` (``url_too_long``, ``unsupported_scheme``, ``invalid_url``) and
+    nothing else, for any ``str``.
+    """
+    reference = _resolve(_split(_prepare(url, settings.max_url_bytes, "URL")), base, settings)
+    scheme = (reference.scheme or "").lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise RecordRejected("unsupported_scheme", f"scheme {scheme[:20]!r} is not http or https")
+    if reference.authority is None:
+        raise RecordRejected("invalid_url", "http(s) URL without an authority (//host)")
+    userinfo, host, port = _normalize_authority(reference.authority, scheme)
+    if settings.aggressive and settings.strip_www:
+        host = strip_www(host)
+    authority = f"{userinfo}@{host}" if userinfo else host
+    authority = f"{authority}:{port}" if port else authority
+    query = _normalize_query(reference.query, settings)
+    canonical = f"{scheme}://{authority}{_normalize_path(reference.path, settings)}"
+    canonical = f"{canonical}?{query}" if query else canonical
+    if len(canonical) > settings.max_url_bytes:  # all ASCII: characters are octets
+        raise RecordRejected("url_too_long", f"canonical form exceeds {settings.max_url_bytes} bytes")
+    return canonical
+
+
+def fingerprint(canonical: str) -> bytes:
+    """128-bit MurmurHash3 (x64) of the canonical URL, 16 bytes big-endian: the dedup key."""
+    return int(mmh3.hash128(canonical.encode(), signed=False)).to_bytes(16, "big")
+
+
+def canonicalize_lines(lines: Iterable[str], out: TextIO, settings: CanonicalSettings = DEFAULT) -> None:
+    """``python -m streams canonicalize``: one JSON line per input line, in order, flushed each time."""
+    for line in lines:
+        out.write(_result_line(line.rstrip("\r\n"), settings))
+        out.flush()
+
+
+def _result_line(url: str, settings: CanonicalSettings) -> str:
+    shown = url.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot go into JSON
+    try:
+        canonical = canonicalize(url, settings)
+    except RecordRejected as rejected:
+        record = {"url": shown, "error": f"{rejected.reason}: {rejected.detail}"}
+    else:
+        record = {"url": shown, "canonical": canonical, "fingerprint": fingerprint(canonical).hex()}
+    return orjson.dumps(record).decode() + "\n"
+
+
+def _prepare(text: str, max_url_bytes: int, role: str) -> str:
+    """Size first; then WHATWG's stripping: C0 and spaces around, tab and newline anywhere."""
+    if len(text) > max_url_bytes:
+        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
+    try:
+        size_bytes = len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        raise RecordRejected("invalid_url", f"{role} contains a lone surrogate") from error
+    if size_bytes > max_url_bytes:
+        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
+    text = text.strip(C0_AND_SPACE).translate(_DROP_TAB_NEWLINE)
+    control = next((char for char in text if char < " " or char == "\x7f"), None)
+    if control is not None:
+        raise RecordRejected("invalid_url", f"{role} contains control character U+{ord(control):04X}")
+    return text
+
+
+def _split(text: str) -> _Reference:
+    """RFC 3986 Appendix B with ``partition``: fragment, query, scheme, then authority."""
+    text = text.partition("#")[0]
+    text, question_mark, query = text.partition("?")
+    scheme = None
+    colon = text.find(":")
+    if colon > 0 and text[0] in string.ascii_letters and all(c in _SCHEME_CHARS for c in text[:colon]):
+        scheme, text = text[:colon], text[colon + 1:]
+    authority = None
+    if text.startswith("//"):
+        slash = text.find("/", 2)
+        end = len(text) if slash < 0 else slash
+        authority, text = text[2:end], text[end:]
+    return _Reference(scheme, authority, text, query if question_mark else None)
+
+
+def _resolve(reference: _Reference, base: str | None, settings: CanonicalSettings) -> _Reference:
+    """Target URI of a relative reference (RFC 3986 §5.2.2; dot segments are removed later)."""
+    if reference.scheme is not None:
+        return reference
+    if base is None:
+        raise RecordRejected("invalid_url", "relative URL without a base URL")
+    origin = _split(_prepare(base, settings.max_url_bytes, "base URL"))
+    if origin.scheme is None:
+        raise RecordRejected("invalid_url", "base URL is not absolute")
+    if reference.authority is not None:
+        return reference._replace(scheme=origin.scheme)
+    if not reference.path:
+        query = origin.query if reference.query is None else reference.query
+        return origin._replace(query=query)
+    return origin._replace(path=_merge(origin, reference.path), query=reference.query)
+
+
+def _merge(origin: _Reference, path: str) -> str:
+    """RFC 3986 §5.2.3: a relative path replaces the last segment of the base path."""
+    if path.startswith("/") or (origin.authority is not None and not origin.path):
+        return "/" + path.removeprefix("/")
+    return origin.path[: origin.path.rfind("/") + 1] + path
+
+
+def _normalize_authority(authority: str, scheme: str) -> tuple[str, str, str]:
+    """Userinfo, host and port, each normalised; "" for an absent userinfo or default port."""
+    userinfo, at_sign, host_port = authority.rpartition("@")  # the last "@", as WHATWG does
+    host, port = _split_port(host_port)
+    userinfo = _normalize_userinfo(userinfo) if at_sign else ""
+    return userinfo, normalize_host(host), _normalize_port(port, scheme)
+
+
+def _split_port(host_port: str) -> tuple[str, str]:
+    if not host_port.startswith("["):
+        host, colon, port = host_port.rpartition(":")
+        return (host, port) if colon else (host_port, "")
+    close = host_port.find("]")
+    if close < 0:
+        raise RecordRejected("invalid_url", "unterminated IPv6 literal")
+    rest = host_port[close + 1:]
+    if rest and not rest.startswith(":"):
+        raise RecordRejected("invalid_url", "junk after IPv6 literal")
+    return host_port[: close + 1], rest[1:]
+
+
+def _normalize_userinfo(userinfo: str) -> str:
+    """Kept, as credentials may change the response (RFC 3986 §3.2.1); empty parts dropped (WHATWG)."""
+    user, _, password = userinfo.partition(":")
+    user = _normalize_escapes(user, _USERINFO_SAFE)
+    return f"{user}:{_normalize_escapes(password, _USERINFO_SAFE)}" if password else user
+
+
+def _normalize_port(port: str, scheme: str) -> str:
+    """Decimal without leading zeros; empty or default port omitted (RFC 3986 §6.2.3)."""
+    if not port:
+        return ""
+    if not all(char in DIGITS for char in port):
+        raise RecordRejected("invalid_url", f"port {port[:20]!r} is not a number")
+    digits = port.lstrip("0") or "0"
+    if len(digits) > 5 or int(digits) > 65535:
+        raise RecordRejected("invalid_url", f"port {digits[:20]} is out of range")
+    return "" if digits == _DEFAULT_PORTS[scheme] else digits
+
+
+def _normalize_path(path: str, settings: CanonicalSettings) -> str:
+    """Escapes, empty path "/" (RFC 3986 §6.2.3), then dot segments (§5.2.4): ``%2E%2E`` is ``..``."""
+    path = _normalize_escapes(path, _PATH_SAFE) or "/"
+    if settings.aggressive:
+        path = _drop_path_params(path, _lowered(settings.session_id_params))
+    return _remove_dot_segments(path)
+
+
+def _drop_path_params(path: str, names: frozenset[str]) -> str:
+    """Aggressive: remove ``;name=value`` segment parameters (``;jsessionid=...``) with these names."""
+    if ";" not in path:
+        return path
+    segments = []
+    for segment in path.split("/"):
+        head, *params = segment.split(";")
+        kept = [param for param in params if param.partition("=")[0].lower() not in names]
+        segments.append(";".join([head, *kept]))
+    return "/".join(segments)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 for an absolute path, over a segment list so it runs in linear time."""
+    output: list[str] = []
+    segments = path.split("/")[1:]
+    for segment in segments:
+        if segment == "..":
+            if output:
+                output.pop()
+        elif segment != ".":
+            output.append(segment)
+    if segments[-1] in (".", "..") and output:
+        output.append("")  # "/a/b/.." is the directory "/a/"
+    return "/" + "/".join(output)
+
+
+def _normalize_query(query: str | None, settings: CanonicalSettings) -> str:
+    """Escapes normalised; the aggressive profile filters and sorts parameters. "" means no query."""
+    if not query:
+        return ""  # "?" alone is the same resource as no query (RFC 3986 §6.2.3)
+    query = _normalize_escapes(query, _QUERY_SAFE)
+    if not settings.aggressive:
+        return query
+    dropped = _lowered(settings.session_id_params + settings.tracking_params)
+    prefixes = tuple(prefix.lower() for prefix in settings.tracking_param_prefixes)
+    params = [param for param in query.split("&") if param and not _is_dropped(param, dropped, prefixes)]
+    if settings.sort_query:
+        params.sort(key=lambda param: param.partition("=")[::2])  # stable: repeated names all kept
+    return "&".join(params)
+
+
+def _is_dropped(param: str, names: frozenset[str], prefixes: tuple[str, ...]) -> bool:
+    name = param.partition("=")[0].lower()
+    return name in names or name.startswith(prefixes)
+
+
+def _normalize_escapes(text: str, safe: frozenset[str]) -> str:
+    """One pass of RFC 3986 §6.2.2.2, so each escape is decoded exactly once (§2.1, §2.4).
+
+    Escapes of unreserved characters are decoded, other escapes upper-cased; a ``%`` starting no
+    escape and any character outside ``safe`` are encoded (UTF-8 octets).
+    """
+    pieces: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if _is_escape(text, index):
+            hex_digits = text[index + 1: index + 3].upper()
+            decoded = chr(int(hex_digits, 16))
+            pieces.append(decoded if decoded in _UNRESERVED else "%" + hex_digits)
+            index += 3
+            continue
+        pieces.append(char if char in safe else "".join(f"%{octet:02X}" for octet in char.encode("utf-8")))
+        index += 1
+    return "".join(pieces)
+
+
+def _is_escape(text: str, index: int) -> bool:
+    return text[index] == "%" and index + 2 < len(text) and HEX.issuperset(text[index + 1: index + 3])
+
+
+@functools.lru_cache(maxsize=16)
+def _lowered(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(name.lower() for name in names)

@@ -1,0 +1,144 @@
+"""The runtime's batch steps with stubs instead of a broker: routing, state, dead letters, offsets.
+
+The Kafka clients are replaced by recording stubs (librdkafka objects are never contacted), so
+these tests pin the commit logic; tests/test_crash_kafka.py then proves it against the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.config import RuntimeSettings
+from streams.errors import RecordRejected, StateError
+from streams.runtime.engine import Engine
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.recovery import start_offset
+from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.store import MemoryStore
+
+
+@dataclass
+class StubMessage:
+    _topic: str
+    _partition: int
+    _offset: int
+    _value: bytes | None
+    _key: bytes | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class StubProducer:
+    produced: list[tuple[str, bytes | None, bytes | None, int | None]] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                on_delivery: Any = None) -> None:
+        self.produced.append((topic, value, key, partition))
+
+
+class EchoStage:
+    """Routes ``{"k": ...}`` records by key; emits each key's first sighting."""
+
+    name = "echo"
+    route_topics = ["in"]
+    state_topic = "shards"
+
+    def route(self, message: Message) -> list[Emit]:
+        record = orjson.loads(message.value() or b"null")
+        if not isinstance(record, dict) or "k" not in record:
+            raise RecordRejected("schema", "no k")
+        if record["k"] == "boom":
+            raise ValueError("a bug in the stage")
+        return [Emit(self.state_topic, message.value(), record["k"].encode())]
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        key = message.key() or b""
+        if state.get(key) is not None:
+            return []
+        state.set(key, b"1")
+        return [Emit("out", message.value(), key)]
+
+
+@pytest.fixture
+def engine() -> Engine:
+    stores = {0: MemoryStore(), 1: MemoryStore()}
+    made = Engine(EchoStage(), KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
+                  "dlq", store_factory=stores.__getitem__)
+    made._stores = stores  # as if both shards were assigned
+    made._producer = StubProducer()  # type: ignore[assignment]
+    return made
+
+
+def _produced(engine: Engine) -> list[tuple[str, bytes | None, bytes | None, int | None]]:
+    return engine._producer.produced  # type: ignore[attr-defined, no-any-return]
+
+
+def test_route_sends_records_to_the_shard_topic_keyed_by_state_key(engine: Engine) -> None:
+    engine._process([StubMessage("in", 3, 10, b'{"k": "a"}')])  # type: ignore[list-item]
+    assert _produced(engine) == [("shards", b'{"k": "a"}', b"a", None)]
+
+
+def test_process_emits_first_sighting_and_keeps_writes_in_the_batch(engine: Engine) -> None:
+    batch = [StubMessage("shards", 0, i, b"v", b"a") for i in range(3)]
+    batch.append(StubMessage("shards", 1, 0, b"v", b"b"))
+    states = engine._process(batch)  # type: ignore[arg-type]
+    assert [p[2] for p in _produced(engine)] == [b"a", b"b"]
+    assert states[0].writes == {b"a": b"1"} and states[1].writes == {b"b": b"1"}
+    assert engine._stores[0].get(b"a") is None  # applied only after the commit
+
+
+@pytest.mark.parametrize(("value", "reason"), [(b"{nope", "processing_error"), (b'{"x": 1}', "schema"),
+                                              (b'{"k": "boom"}', "processing_error")])
+def test_bad_records_become_dead_letters(engine: Engine, value: bytes, reason: str) -> None:
+    engine._process([StubMessage("in", 2, 7, value, b"orig")])  # type: ignore[list-item]
+    [(topic, letter, key, _)] = _produced(engine)
+    assert (topic, key) == ("dlq", b"orig")
+    record = orjson.loads(letter or b"")
+    assert (record["reason"], record["source_partition"], record["source_offset"]) == (reason, 2, 7)
+    assert engine.counters.dead_letters == 1
+
+
+def test_offsets_are_one_past_the_last_record_of_each_partition() -> None:
+    batch = [StubMessage("in", 0, 5, b""), StubMessage("in", 0, 9, b""), StubMessage("shards", 1, 2, b"")]
+    offsets = Engine._offsets(batch)  # type: ignore[arg-type]
+    assert sorted((tp.topic, tp.partition, tp.offset) for tp in offsets) == [("in", 0, 10), ("shards", 1, 3)]
+
+
+@pytest.mark.parametrize(
+    ("stored", "low", "high", "expected"),
+    [(None, 0, 0, None), (None, 0, 10, 0), (None, 4, 10, 4), (8, 0, 10, 9), (9, 0, 10, None), (2, 5, 10, 5)],
+)
+def test_recovery_starts_after_the_stored_offset(stored: int | None, low: int, high: int,
+                                                 expected: int | None) -> None:
+    store = MemoryStore()
+    if stored is not None:
+        store.apply({}, stored)
+    assert start_offset(store, low, high, "t[0]") == expected
+
+
+def test_a_store_ahead_of_its_changelog_is_refused() -> None:
+    store = MemoryStore()
+    store.apply({}, 50)
+    with pytest.raises(StateError, match="recreated"):
+        start_offset(store, 0, 10, "t[0]")
