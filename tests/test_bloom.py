@@ -110,15 +110,16 @@ def test_scalable_filter_has_no_false_negatives_across_slices(keys: list[bytes],
     assert sbf.count_items == sum(bloom.count_items for bloom in sbf.slices) <= len(set(keys))
 
 
-def test_scalable_filter_grows_by_slices_of_capacity_c_s_i_and_rate_p0_r_i() -> None:
+def test_scalable_filter_grows_by_slices_of_capacity_c_s_i_and_tightening_rates() -> None:
     sbf = ScalableBloomFilter(10, 0.01, growth_factor=2, tightening_ratio=0.85)
     keys = random_fingerprints(1, 1000)
     sbf.add_many(keys)
     assert len(sbf.slices) >= 6
-    first_rate = 0.01 * (1 - 0.85)
+    first_extra_rate = 0.01 * (1 - 0.85)
     for index, bloom in enumerate(sbf.slices):
         assert bloom.capacity_items == 10 * 2**index
-        assert bloom.false_positive_rate == pytest.approx(first_rate * 0.85**index)
+        expected = 0.01 if index == 0 else first_extra_rate * 0.85 ** (index - 1)
+        assert bloom.false_positive_rate == pytest.approx(expected)
         assert (bloom.size_bits, bloom.hash_count) == bloom_size(10 * 2**index, bloom.false_positive_rate)
     assert all(bloom.count_items == bloom.capacity_items for bloom in sbf.slices[:-1])
     assert all(key in sbf for key in keys)
@@ -164,13 +165,13 @@ def test_measured_false_positive_rate_is_within_20_percent_of_target_at_capacity
     assert bloom.estimated_false_positive_rate() == pytest.approx(rate, rel=0.2)
 
 
-def test_scalable_filter_stays_under_its_target_after_growing_8x() -> None:
+def test_scalable_filter_stays_under_twice_its_target_after_growing_8x() -> None:
     sbf = ScalableBloomFilter(20_000, 0.01)
     sbf.add_many(random_fingerprints(20, 160_000))
     assert len(sbf.slices) == 4  # 20k + 40k + 80k full, 160k slice a eighth full
     rate = measured_false_positive_rate(sbf.contains_many(random_fingerprints(21, 200_000)))
-    assert rate < 0.01
-    assert sbf.estimated_false_positive_rate() < 0.01
+    assert rate < 0.02
+    assert sbf.estimated_false_positive_rate() < 0.02
     assert sbf.estimated_false_positive_rate() == pytest.approx(rate, rel=0.25)
 
 
@@ -179,7 +180,7 @@ def test_bits_per_item_at_one_percent_filled_to_capacity() -> None:
     bloom.add_many(random_fingerprints(30, 100_000))
     assert bloom.size_bytes / bloom.count_items <= 1.5
     assert bloom.size_bytes * 8 / bloom.capacity_items == pytest.approx(9.585, abs=0.01)
-    # The scalable filter pays for its headroom: slice 0 alone is sized for p0 = 0.15%.
+    # Past its capacity the scalable filter pays for headroom: later slices have tighter rates.
     sbf = ScalableBloomFilter(10_000, 0.01)
     rng = random.Random(31)
     while sbf.count_items < 150_000:  # 10k + 20k + 40k + 80k: four slices, each filled to capacity
@@ -310,3 +311,12 @@ def test_recount_spans_chunks_and_survives_a_round_trip() -> None:
     encoded = bloom.to_bytes()
     assert bloom.set_bits == bloom.recount_set_bits() == int.from_bytes(encoded[40:-4], "big").bit_count()
     assert BloomFilter.from_bytes(memoryview(encoded)).set_bits == bloom.set_bits
+
+
+def test_scalable_filter_at_its_capacity_is_a_plain_filter_at_the_target() -> None:
+    sbf = ScalableBloomFilter(100_000, 0.01)
+    sbf.add_many(random_fingerprints(40, 100_000))
+    assert len(sbf.slices) == 1
+    assert sbf.size_bytes / sbf.count_items <= 1.5
+    rate = measured_false_positive_rate(sbf.contains_many(random_fingerprints(41, 200_000)))
+    assert 0.008 <= rate <= 0.012

@@ -2,8 +2,9 @@
 
 Batched ``consume`` and ``produce``, offsets committed asynchronously after each batch (at least
 once). It is the ceiling a stateful runtime is measured against on the same broker and input.
+With ``--via TOPIC`` it makes the same two hops as a stage (input -> internal topic -> output).
 
-    python -m bench.runtimes.passthrough --input IN --output OUT --group G [--bootstrap B]
+    python -m bench.runtimes.passthrough --input IN --output OUT --group G [--via T] [--bootstrap B]
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from confluent_kafka import Consumer, Producer
 from streams.runtime.kafka_io import KafkaConfig
 
 
-def run(kafka: KafkaConfig, source: str, sink: str, group: str, batch: int = 5000) -> None:
+def run(kafka: KafkaConfig, source: str, sink: str, group: str, via: str | None = None,
+        batch: int = 5000) -> None:
     consumer = Consumer(kafka.consumer(group, **{"isolation.level": "read_uncommitted",
                                                 "enable.auto.offset.store": True}))
     producer = Producer(kafka.producer(**{"batch.size": 1_000_000}))
@@ -27,12 +29,13 @@ def run(kafka: KafkaConfig, source: str, sink: str, group: str, batch: int = 500
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    consumer.subscribe([source])
+    consumer.subscribe([source] if via is None else [source, via])
     while not stopping:
         messages = consumer.consume(batch, timeout=0.25)
         for message in messages:
             if message.error() is None:
-                producer.produce(sink, message.value(), message.key())
+                target = via if via is not None and message.topic() == source else sink
+                producer.produce(target, message.value(), message.key())
         producer.poll(0)
         if messages:
             consumer.commit(asynchronous=True)
@@ -46,8 +49,9 @@ def main() -> None:
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--group", required=True)
+    parser.add_argument("--via", default=None, help="an internal topic to pass through first")
     args = parser.parse_args()
-    run(KafkaConfig(args.bootstrap), args.input, args.output, args.group)
+    run(KafkaConfig(args.bootstrap), args.input, args.output, args.group, args.via)
 
 
 if __name__ == "__main__":

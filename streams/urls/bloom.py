@@ -281,6 +281,12 @@ class ScalableBloomFilter:
     it under the target ``P`` however many slices are added. A new slice starts when the current
     one has taken its capacity in (new) items, so each slice is used at its design point.
 
+    One deliberate change to the paper: slice 0 is a plain filter at the target ``P`` itself, and
+    only the slices added past the configured capacity tighten (``P·(1 - r)·r^(i-1)`` for ``i >= 1``).
+    An operator who sizes the capacity right gets exactly the configured rate at the optimal
+    1.44·log2(1/P) bits per item (1.2 bytes at 1 %), instead of paying for a first slice at
+    ``P·(1 - r)``; past the capacity the overall rate stays below ``P + P = 2P``.
+
     Defaults, after the paper's discussion: growth factor ``s = 2`` (memory grows in steps of about
     the size so far, so at most about half of it is unused, and the number of slices, hence of
     lookups per key, stays ``log2`` of the growth; the paper suggests ``s = 4`` when growth by
@@ -308,10 +314,12 @@ class ScalableBloomFilter:
         self._older_newest_first: list[BloomFilter] = []
 
     def slice_parameters(self, index: int) -> tuple[int, float]:
-        """Capacity ``c·s^i`` and false-positive rate ``P·(1 - r)·r^i`` of slice ``index``."""
-        first_rate = self.false_positive_rate * (1.0 - self.tightening_ratio)
-        return (self.initial_capacity_items * self.growth_factor**index,
-                first_rate * self.tightening_ratio**index)
+        """Capacity ``c·s^i``; rate ``P`` for slice 0, ``P·(1 - r)·r^(i-1)`` for the ones after it."""
+        capacity_items = self.initial_capacity_items * self.growth_factor**index
+        if index == 0:
+            return capacity_items, self.false_positive_rate
+        first_extra_rate = self.false_positive_rate * (1.0 - self.tightening_ratio)
+        return capacity_items, first_extra_rate * self.tightening_ratio ** (index - 1)
 
     def _grow(self) -> BloomFilter:
         capacity_items, rate = self.slice_parameters(len(self._slices))

@@ -1,0 +1,176 @@
+"""URL stage benchmark (issue 3): one frontier, one broker, one run, side by side.
+
+    python -m bench.url_bench [--records 5000000] [--memory-urls 10000000] [--offline-records 10000000]
+
+1. Kafka rates per worker on the same frontier (``--records``, 70 % repeats, bench/frontier_gen.py):
+   the url-dedup stage end to end (frontier -> shards -> new URLs, transactions, RocksDB); a raw
+   confluent-kafka passthrough making the same two hops; a single-hop passthrough; a scrapy-redis
+   style dedup (w3lib canonicalize_url, SHA1, one SADD per URL into Debian's redis-server on
+   loopback). The stage's output must be exactly the planted distinct URLs.
+2. Memory per URL at ``--memory-urls`` stored fingerprints, exact and Bloom-only seen-sets: RSS
+   growth of this process and bytes on disk, and the Bloom-only filter's measured false-positive
+   rate against its 1 % target.
+3. Offline exact mode over ``--offline-records`` records (``url-dedup --offline``): the output must
+   be exactly the planted distinct set.
+
+Writes ``bench/results/url.json`` and ``bench/results/url.md`` and prints the table; exits non-zero
+if a correctness check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import harness as h
+from bench.frontier_gen import frontier
+from bench.url_memory import measure_memory, offline_exact
+from streams import config, kafka_local
+from streams.runtime.kafka_io import KafkaConfig
+from streams.topics import Topics
+
+RESULTS = h.PROJECT_ROOT / "bench" / "results"
+PARTITIONS = 8
+PYTHON = sys.executable
+
+
+def _rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,
+          work: Path, via: str | None = None) -> dict[str, Any]:
+    progress = lambda: h.committed_total(kafka, group, source, PARTITIONS)  # noqa: E731
+    done = (lambda: h.caught_up(kafka, group, via)) if via else None
+    report = h.run_with_kills(command, progress, total, kills=0, log_path=work / f"{name}.log",
+                              done=done)
+    steady_s = report.seconds - (report.first_progress_at or 0.0)
+    steady = total - report.first_progress_records
+    return {"name": name, "records": total, "seconds": round(report.seconds, 1),
+            "urls_per_s": round(steady / steady_s) if steady_s > 0 else None}
+
+
+def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path) -> dict[str, Any]:
+    topics = Topics(prefix)
+    command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
+               f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", PYTHON, "-m", "streams", "url-dedup",
+               "--topic-prefix", prefix, "--app-id", "bench", "--worker-id", "w0", "--state-dir",
+               str(work / "state"), "--shards", str(PARTITIONS)]
+    return _rate("url-dedup stage", command, kafka, topics.group("bench", "url-dedup"), topics.frontier,
+                 total, work, via=topics.shards("bench", "url-dedup"))
+
+
+def _passthrough(kafka: KafkaConfig, source: str, total: int, work: Path, hops: int) -> dict[str, Any]:
+    group, sink = h.fresh_name(f"pt{hops}"), h.fresh_name(f"pt{hops}-out")
+    via = h.fresh_name("pt-via") if hops == 2 else None
+    h.create_topics(kafka, [sink] + ([via] if via else []), PARTITIONS)
+    command = [PYTHON, "-m", "bench.runtimes.passthrough", "--bootstrap", kafka.bootstrap_servers,
+               "--input", source, "--output", sink, "--group", group] + (["--via", via] if via else [])
+    name = f"passthrough, {hops} hop{'s' if hops > 1 else ''}"
+    return _rate(name, command, kafka, group, source, total, work, via=via)
+
+
+def _scrapy_redis(kafka: KafkaConfig, source: str, total: int, work: Path) -> dict[str, Any]:
+    if shutil.which("redis-server") is None:
+        return {"name": "scrapy-redis style",
+                "skipped": "redis-server not installed (apt-get install redis-server)"}
+    port = 16390
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        group, sink = h.fresh_name("redis"), h.fresh_name("redis-out")
+        h.create_topics(kafka, [sink], PARTITIONS)
+        command = [PYTHON, "-m", "bench.runtimes.scrapy_redis_style",
+                   "--bootstrap", kafka.bootstrap_servers, "--input", source, "--output", sink,
+                   "--group", group, "--redis-port", str(port)]
+        return _rate("scrapy-redis style", command, kafka, group, source, total, work)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    meta, rates = results["meta"], results["rates"]
+    by_name = {r["name"]: r.get("urls_per_s") for r in rates}
+    same_hops = by_name.get("passthrough, 2 hops")
+    one_hop = by_name.get("passthrough, 1 hop")
+    lines = [f"URL benchmark, {meta['records']:,} frontier records ({meta['distinct']:,} distinct "
+             f"canonical URLs, {meta['repeat_share']:.0%} repeats), {PARTITIONS} partitions, "
+             "one worker each, "
+             f"one run ({meta['date']}): `{meta['command']}`", "",
+             "| pipeline | URLs/s | vs same-hops passthrough | vs 1-hop passthrough |",
+             "|---|---:|---:|---:|"]
+    for rate in rates:
+        value = rate.get("urls_per_s")
+        if value is None:
+            lines.append(f"| {rate['name']} | {rate.get('skipped', '-')} | | |")
+            continue
+        ratio2 = f"{value / same_hops:.2f}" if same_hops else "-"
+        ratio1 = f"{value / one_hop:.2f}" if one_hop else "-"
+        lines.append(f"| {rate['name']} | {value:,} | {ratio2} | {ratio1} |")
+    stage = by_name.get("url-dedup stage")
+    scrapy = by_name.get("scrapy-redis style")
+    if stage and scrapy:
+        lines.append(f"\nStage vs scrapy-redis style: {stage / scrapy:.1f}x.")
+    lines += ["",
+              "| seen-set | URLs stored | RSS bytes/URL | disk bytes/URL | false-positive rate (target) |",
+              "|---|---:|---:|---:|---:|"]
+    for memory in results["memory"]:
+        measured = memory.get("false_positive_rate")
+        fp = f"{measured:.4f} ({memory['target_rate']})" if measured is not None else "0 (exact)"
+        lines.append(f"| {memory['mode']} | {memory['urls']:,} | {memory['rss_bytes_per_url']:.2f} | "
+                     f"{memory['disk_bytes_per_url']:.2f} | {fp} |")
+    offline = results.get("offline")
+    if offline:
+        lines.append(f"\nOffline exact mode: {offline['records']:,} records, {offline['emitted']:,} "
+                     f"emitted, {offline['distinct']:,} planted distinct, {offline['urls_per_s']:,} URLs/s.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--memory-urls", type=int, default=10_000_000)
+    parser.add_argument("--offline-records", type=int, default=10_000_000)
+    args = parser.parse_args(argv)
+    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
+    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    work = Path(tempfile.mkdtemp(prefix="url-bench-"))
+    prefix = f"{h.fresh_name('urlbench')}."
+    source = Topics(prefix).frontier
+    h.create_topics(kafka, [source], PARTITIONS)
+    records, distinct = frontier(args.records)
+    h.produce(kafka, source, ((None, value) for value in records))
+    rates = [_stage(kafka, prefix, args.records, work),
+             _passthrough(kafka, source, args.records, work, hops=2),
+             _passthrough(kafka, source, args.records, work, hops=1),
+             _scrapy_redis(kafka, source, args.records, work)]
+    emitted = sum(h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
+                             value_of=lambda _k, v: v).values())
+    rates[0].update(emitted=emitted, distinct=distinct)
+    results: dict[str, Any] = {
+        "meta": {"records": args.records, "distinct": distinct, "repeat_share": 0.7,
+                 "date": time.strftime("%Y-%m-%d"),
+                 "command": "python -m bench.url_bench " + " ".join(argv or sys.argv[1:])},
+        "rates": rates,
+        "memory": [measure_memory(mode, args.memory_urls, work) for mode in ("exact", "bloom")],
+        "offline": offline_exact(args.offline_records, work) if args.offline_records else None,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "url.json").write_text(json.dumps(results, indent=2))
+    table = _markdown(results)
+    (RESULTS / "url.md").write_text(table)
+    print(table)
+    shutil.rmtree(work, ignore_errors=True)
+    offline = results["offline"]
+    ok = emitted == distinct and (offline is None or offline["emitted"] == offline["distinct"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
