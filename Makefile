@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JARS := .kafka/lib/.complete
 
-.PHONY: all venv jars test lint unit bench bench-runtime demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit bench bench-runtime bench-url demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -37,8 +37,17 @@ unit: venv
 test: venv jars lint
 	$(PY) -m pytest -m "not slow" -q
 
-bench: venv jars
+bench: bench-runtime bench-url
+
+bench-runtime: venv jars
 	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent --kill-runtimes confluent --kills 20
+
+# The URL benchmark compares with a scrapy-redis style dedup: w3lib and redis-py from PyPI, and
+# Debian's redis-server (installed here when missing and running as root).
+bench-url: venv jars
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
+	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
+	$(PY) -m bench.url_bench
 
 demo: venv jars
 	$(PY) -m streams demo

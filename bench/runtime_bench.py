@@ -1,13 +1,13 @@
-"""Runtime benchmark (issue 2, decision 0001): the same "emit each key once" processor on
-faust-streaming and on this project's confluent-kafka runtime, beside a raw passthrough, on one
-broker and one input; then each stateful runtime SIGKILLed at random points of a 1M-record stream.
+"""Runtime benchmark (issue 2, decision 0001): the "emit each key once" processor on this
+project's confluent-kafka runtime beside a raw passthrough, on one broker and one input; then the
+runtime SIGKILLed at 20 random points of a 1M-record stream, output read with read_committed.
 
     python -m bench.runtime_bench [--records 1000000] [--distinct 700000] [--kills 20]
-                                  [--runtimes passthrough,confluent,faust]
+                                  [--runtimes passthrough,confluent] [--kill-runtimes confluent]
 
 Writes ``bench/results/runtime.json`` and ``bench/results/runtime.md`` and prints the table.
-The faust implementation lived in ``bench/runtimes/faust_first_seen.py`` until the decision
-removed it; the decision record names the commit that still has it.
+The faust-streaming implementation it was compared with (``--runtimes ...,faust``) was removed by
+the decision; docs/decisions/0001-stream-runtime.md names the commit that still has it.
 """
 
 from __future__ import annotations
@@ -41,10 +41,6 @@ def _command(runtime: str, kafka: KafkaConfig, source: str, sink: str, group: st
         return [PYTHON, "-m", "streams", "first-seen", "--input", source, "--output", sink,
                 "--app-id", group, "--worker-id", "w0", "--state-dir", str(state_dir),
                 "--topic-prefix", f"{group}."], f"{group}.{group}.first-seen"
-    if runtime == "faust":
-        return [PYTHON, str(h.PROJECT_ROOT / "bench" / "runtimes" / "faust_first_seen.py"),
-                "--bootstrap", kafka.bootstrap_servers, "--input", source, "--output", sink,
-                "--app-id", group, "--state-dir", str(state_dir), "--partitions", str(PARTITIONS)], group
     raise ValueError(runtime)
 
 
@@ -104,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--distinct", type=int, default=700_000)
     parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--runtimes", default="passthrough,confluent,faust")
-    parser.add_argument("--kill-runtimes", default="confluent,faust")
+    parser.add_argument("--runtimes", default="passthrough,confluent")
+    parser.add_argument("--kill-runtimes", default="confluent")
     args = parser.parse_args(argv)
     bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
     kafka = KafkaConfig(bootstrap, config.kafka_client_settings())

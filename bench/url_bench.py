@@ -12,6 +12,9 @@
    rate against its 1 % target.
 3. Offline exact mode over ``--offline-records`` records (``url-dedup --offline``): the output must
    be exactly the planted distinct set.
+4. The Kafka stage over ``--kill-records`` records, SIGKILLed ``--kills`` times at random points and
+   restarted each time; the new URLs, read with read_committed, must be the planted distinct set:
+   none lost, none emitted twice.
 
 Writes ``bench/results/url.json`` and ``bench/results/url.md`` and prints the table; exits non-zero
 if a correctness check fails.
@@ -28,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench import harness as h
 from bench.frontier_gen import frontier
@@ -61,6 +66,27 @@ def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path) -> dict[str,
                str(work / "state"), "--shards", str(PARTITIONS)]
     return _rate("url-dedup stage", command, kafka, topics.group("bench", "url-dedup"), topics.frontier,
                  total, work, via=topics.shards("bench", "url-dedup"))
+
+
+def _kill_test(kafka: KafkaConfig, records: int, kills: int, work: Path) -> dict[str, Any]:
+    prefix = f"{h.fresh_name('urlkill')}."
+    topics = Topics(prefix)
+    h.create_topics(kafka, [topics.frontier], PARTITIONS)
+    lines, distinct = frontier(records, seed=23)
+    h.produce(kafka, topics.frontier, ((None, value) for value in lines))
+    command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", PYTHON, "-m", "streams",
+               "url-dedup", "--topic-prefix", prefix, "--app-id", "kill", "--worker-id", "w0",
+               "--state-dir", str(work / "kill-state"), "--shards", str(PARTITIONS)]
+    group = topics.group("kill", "url-dedup")
+    report = h.run_with_kills(command, lambda: h.committed_total(kafka, group, topics.frontier, PARTITIONS),
+                              records, kills, work / "kill.log",
+                              done=lambda: h.caught_up(kafka, group, topics.shards("kill", "url-dedup")))
+    counts = h.read_all(kafka, topics.new_urls,
+                        value_of=lambda _k, v: orjson.loads(v or b"{}")["fingerprint"].encode())
+    return {"records": records, "distinct": distinct, "kills": report.kills, "restarts": report.restarts,
+            "emitted": sum(counts.values()), "emitted_distinct": len(counts),
+            "lost": distinct - len(counts), "doubled": sum(1 for n in counts.values() if n > 1),
+            "seconds": round(report.seconds, 1)}
 
 
 def _passthrough(kafka: KafkaConfig, source: str, total: int, work: Path, hops: int) -> dict[str, Any]:
@@ -124,6 +150,11 @@ def _markdown(results: dict[str, Any]) -> str:
         fp = f"{measured:.4f} ({memory['target_rate']})" if measured is not None else "0 (exact)"
         lines.append(f"| {memory['mode']} | {memory['urls']:,} | {memory['rss_bytes_per_url']:.2f} | "
                      f"{memory['disk_bytes_per_url']:.2f} | {fp} |")
+    kill = results.get("kill")
+    if kill:
+        lines.append(f"\nKafka stage under {kill['kills']} SIGKILLs: {kill['records']:,} records, "
+                     f"{kill['distinct']:,} planted distinct, {kill['emitted_distinct']:,} emitted, "
+                     f"lost {kill['lost']}, doubled {kill['doubled']} (read_committed).")
     offline = results.get("offline")
     if offline:
         lines.append(f"\nOffline exact mode: {offline['records']:,} records, {offline['emitted']:,} "
@@ -137,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--memory-urls", type=int, default=10_000_000)
     parser.add_argument("--offline-records", type=int, default=10_000_000)
+    parser.add_argument("--kill-records", type=int, default=1_000_000)
+    parser.add_argument("--kills", type=int, default=10)
     args = parser.parse_args(argv)
     bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
     kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
@@ -160,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "rates": rates,
         "memory": [measure_memory(mode, args.memory_urls, work) for mode in ("exact", "bloom")],
         "offline": offline_exact(args.offline_records, work) if args.offline_records else None,
+        "kill": _kill_test(kafka, args.kill_records, args.kills, work) if args.kills else None,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "url.json").write_text(json.dumps(results, indent=2))
@@ -168,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     shutil.rmtree(work, ignore_errors=True)
     offline = results["offline"]
+    kill = results["kill"]
     ok = emitted == distinct and (offline is None or offline["emitted"] == offline["distinct"])
+    ok = ok and (kill is None or (kill["lost"], kill["doubled"]) == (0, 0))
     return 0 if ok else 1
 
 

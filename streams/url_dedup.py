@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import orjson
 
@@ -56,6 +55,14 @@ class UrlDedupSettings:
                                  session_id_params=self.session_id_params,
                                  tracking_params=self.tracking_params,
                                  tracking_param_prefixes=self.tracking_param_prefixes)
+
+
+def host_of(canonical_url: str) -> str:
+    """The host of a canonical URL (``scheme://[userinfo@]host[:port]/...``), without re-parsing it."""
+    authority = canonical_url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+    if authority.startswith("["):
+        return authority[1: authority.index("]")]
+    return authority.partition(":")[0]
 
 
 def state_version(settings: UrlDedupSettings) -> bytes:
@@ -97,7 +104,7 @@ class UrlDedupStage:
         source = record.get("source_url")
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         key = canonical.fingerprint(url)
-        host = urlsplit(url).hostname or ""
+        host = host_of(url)
         shard_record = {**record, "canonical": url, "host": host, "fingerprint": key.hex()}
         return [Emit(self.state_topic, orjson.dumps(shard_record), key)]
 

@@ -16,36 +16,10 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, StateError
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.offline import LineMessage
 from streams.runtime.recovery import start_offset
 from streams.runtime.stage import BatchState, Emit, Message
 from streams.runtime.store import MemoryStore
-
-
-@dataclass
-class StubMessage:
-    _topic: str
-    _partition: int
-    _offset: int
-    _value: bytes | None
-    _key: bytes | None = None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def error(self) -> None:
-        return None
 
 
 @dataclass
@@ -95,13 +69,13 @@ def _produced(engine: Engine) -> list[tuple[str, bytes | None, bytes | None, int
 
 
 def test_route_sends_records_to_the_shard_topic_keyed_by_state_key(engine: Engine) -> None:
-    engine._process([StubMessage("in", 3, 10, b'{"k": "a"}')])  # type: ignore[list-item]
+    engine._process([LineMessage("in", 10, b'{"k": "a"}', None, 3)])  # type: ignore[list-item]
     assert _produced(engine) == [("shards", b'{"k": "a"}', b"a", None)]
 
 
 def test_process_emits_first_sighting_and_keeps_writes_in_the_batch(engine: Engine) -> None:
-    batch = [StubMessage("shards", 0, i, b"v", b"a") for i in range(3)]
-    batch.append(StubMessage("shards", 1, 0, b"v", b"b"))
+    batch = [LineMessage("shards", i, b"v", b"a", 0) for i in range(3)]
+    batch.append(LineMessage("shards", 0, b"v", b"b", 1))
     states = engine._process(batch)  # type: ignore[arg-type]
     assert [p[2] for p in _produced(engine)] == [b"a", b"b"]
     assert states[0].writes == {b"a": b"1"} and states[1].writes == {b"b": b"1"}
@@ -111,7 +85,7 @@ def test_process_emits_first_sighting_and_keeps_writes_in_the_batch(engine: Engi
 @pytest.mark.parametrize(("value", "reason"), [(b"{nope", "processing_error"), (b'{"x": 1}', "schema"),
                                               (b'{"k": "boom"}', "processing_error")])
 def test_bad_records_become_dead_letters(engine: Engine, value: bytes, reason: str) -> None:
-    engine._process([StubMessage("in", 2, 7, value, b"orig")])  # type: ignore[list-item]
+    engine._process([LineMessage("in", 7, value, b"orig", 2)])  # type: ignore[list-item]
     [(topic, letter, key, _)] = _produced(engine)
     assert (topic, key) == ("dlq", b"orig")
     record = orjson.loads(letter or b"")
@@ -120,7 +94,8 @@ def test_bad_records_become_dead_letters(engine: Engine, value: bytes, reason: s
 
 
 def test_offsets_are_one_past_the_last_record_of_each_partition() -> None:
-    batch = [StubMessage("in", 0, 5, b""), StubMessage("in", 0, 9, b""), StubMessage("shards", 1, 2, b"")]
+    batch = [LineMessage("in", 5, b"", None, 0), LineMessage("in", 9, b"", None, 0),
+             LineMessage("shards", 2, b"", None, 1)]
     offsets = Engine._offsets(batch)  # type: ignore[arg-type]
     assert sorted((tp.topic, tp.partition, tp.offset) for tp in offsets) == [("in", 0, 10), ("shards", 1, 3)]
 

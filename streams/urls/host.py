@@ -9,6 +9,7 @@ Punycode work on hostile input.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import string
 import urllib.parse
@@ -29,8 +30,13 @@ _MAX_UNICODE_DOMAIN_CHARS = 1024  # bounds UTS #46 mapping work; ignored charact
 _MAX_NUMBER_DIGITS = 11  # a 32-bit value has at most 11 significant digits in base 8, 10 or 16
 
 
+@functools.lru_cache(maxsize=65_536)
 def normalize_host(host: str) -> str:
-    """WHATWG host parser: IPv6 literal, or percent-decoded domain to ASCII, or an IPv4 number."""
+    """WHATWG host parser: IPv6 literal, or percent-decoded domain to ASCII, or an IPv4 number.
+
+    Cached: a crawl frontier names the same hosts over and over (a pure function; rejections
+    raise and are not cached).
+    """
     if host.startswith("["):
         return _normalize_ipv6(host[1:-1])
     if not host:
@@ -70,7 +76,7 @@ def _domain_to_ascii(domain: str) -> str:
     except UnicodeError as error:
         raise RecordRejected("invalid_url", f"invalid internationalized host: {str(error)[:80]}") from error
     domain = ".".join(labels)
-    if any(char in _FORBIDDEN_DOMAIN for char in domain):
+    if not _FORBIDDEN_DOMAIN.isdisjoint(domain):
         raise RecordRejected("invalid_url", "host contains a forbidden character")
     return domain
 
