@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage
+from streams.url_dedup import UrlDedupStage, host_of
 from streams.urls.canonical import fingerprint
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -56,3 +57,40 @@ def test_offline_cli_keeps_state_in_its_directory(tmp_path: Path) -> None:
                            capture_output=True, cwd=PROJECT_ROOT, check=True)
     assert len(first.stdout.splitlines()) == 1
     assert [orjson.loads(x)["url"] for x in again.stdout.splitlines()] == ["http://c.example/"]
+
+
+@pytest.mark.parametrize(
+    ("canonical", "host"),
+    [("http://a.example/x", "a.example"), ("http://u:p@a.example:8080/", "a.example"),
+     ("http://[2001:db8::1]:81/q", "2001:db8::1"), ("https://127.0.0.1/", "127.0.0.1")],
+)
+def test_host_of_a_canonical_url(canonical: str, host: str) -> None:
+    assert host_of(canonical) == host
+
+
+def test_offline_bloom_only_mode(tmp_path: Path) -> None:
+    lines = b'{"url":"http://a.example/"}\n{"url":"HTTP://A.example:80/"}\n{"url":"http://b.example/"}\n'
+    command = [sys.executable, "-m", "streams", "url-dedup", "--offline", "--seen-set", "bloom"]
+    result = subprocess.run(command, input=lines, capture_output=True, cwd=PROJECT_ROOT, check=True)
+    assert [orjson.loads(x)["canonical"] for x in result.stdout.splitlines()] == [
+        "http://a.example/", "http://b.example/"]
+
+
+def test_offline_refuses_state_of_another_profile(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "streams", "url-dedup", "--offline", "--state-dir", str(tmp_path)]
+    subprocess.run(command, input=b'{"url":"http://a.example/"}\n', cwd=PROJECT_ROOT, check=True,
+                   capture_output=True)
+    refused = subprocess.run([*command, "--profile", "aggressive"], input=b'{"url":"http://a.example/"}\n',
+                             cwd=PROJECT_ROOT, capture_output=True, check=False)
+    assert refused.returncode == 2
+    assert b"url-dedup-migrate" in refused.stderr
+
+
+def test_canonicalize_command_writes_one_line_per_input_line() -> None:
+    result = subprocess.run([sys.executable, "-m", "streams", "canonicalize", "--profile", "aggressive"],
+                            input=b"HTTP://www.Example.com:80/a/../b?utm_source=x#f\nftp://example.com/\n",
+                            capture_output=True, cwd=PROJECT_ROOT, check=True)
+    first, second = (orjson.loads(line) for line in result.stdout.splitlines())
+    assert first["canonical"] == "http://example.com/b"
+    assert first["fingerprint"] == fingerprint("http://example.com/b").hex()
+    assert second == {"url": "ftp://example.com/", "error": "unsupported_scheme: scheme 'ftp' is not http or https"}
