@@ -93,4 +93,5 @@ def test_canonicalize_command_writes_one_line_per_input_line() -> None:
     first, second = (orjson.loads(line) for line in result.stdout.splitlines())
     assert first["canonical"] == "http://example.com/b"
     assert first["fingerprint"] == fingerprint("http://example.com/b").hex()
-    assert second == {"url": "ftp://example.com/", "error": "unsupported_scheme: scheme 'ftp' is not http or https"}
+    assert second == {"url": "ftp://example.com/",
+                      "error": "unsupported_scheme: scheme 'ftp' is not http or https"}
