@@ -95,7 +95,8 @@ def run() -> int:
     kafka = KafkaConfig(external or broker.bootstrap, config.kafka_client_settings())
     topics = Topics(f"demo-{time.strftime('%H%M%S')}.")
     crawl = generate()
-    AdminClient(kafka.admin()).create_topics([NewTopic(topics.frontier, 4, 1)])[topics.frontier].result()
+    admin = AdminClient(kafka.admin())  # kept alive until the topic exists
+    admin.create_topics([NewTopic(topics.frontier, 4, 1)])[topics.frontier].result()
     _produce(kafka, topics.frontier, crawl.records)
     print(f"2. frontier: {len(crawl.records):,} records -> {topics.frontier} "
           f"({crawl.distinct_urls:,} distinct URLs, {crawl.malformed} malformed)")
