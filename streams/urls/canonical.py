@@ -158,7 +158,9 @@ def _prepare(text: str, max_url_bytes: int, role: str) -> str:
         raise RecordRejected("invalid_url", f"{role} contains a lone surrogate") from error
     if size_bytes > max_url_bytes:
         raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
-    text = text.strip(C0_AND_SPACE).translate(_DROP_TAB_NEWLINE)
+    text = text.strip(C0_AND_SPACE)
+    if "\t" in text or "\n" in text or "\r" in text:  # rare; translate() walks every character
+        text = text.translate(_DROP_TAB_NEWLINE)
     printable_ascii = text.isascii() and text.isprintable()  # the common case, checked in C
     control = None if printable_ascii else next((c for c in text if c < " " or c == "\x7f"), None)
     if control is not None:
@@ -172,7 +174,7 @@ def _split(text: str) -> _Reference:
     text, question_mark, query = text.partition("?")
     scheme = None
     colon = text.find(":")
-    if colon > 0 and text[0] in string.ascii_letters and all(c in _SCHEME_CHARS for c in text[:colon]):
+    if colon > 0 and text[0] in string.ascii_letters and _SCHEME_CHARS.issuperset(text[:colon]):
         scheme, text = text[:colon], text[colon + 1:]
     authority = None
     if text.startswith("//"):
