@@ -54,6 +54,8 @@ def _rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source:
                               done=done)
     steady_s = report.seconds - (report.first_progress_at or 0.0)
     steady = total - report.first_progress_records
+    if steady <= 0:  # a run shorter than one progress poll: fall back to the whole run
+        steady, steady_s = total, report.seconds
     return {"name": name, "records": total, "seconds": round(report.seconds, 1),
             "urls_per_s": round(steady / steady_s) if steady_s > 0 else None}
 

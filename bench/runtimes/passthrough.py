@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import argparse
 import signal
+from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from streams.runtime.kafka_io import KafkaConfig
 
+Handle = Callable[[Message, Producer], None]
 
-def run(kafka: KafkaConfig, source: str, sink: str, group: str, via: str | None = None,
-        batch: int = 5000) -> None:
+
+def consume_loop(kafka: KafkaConfig, topics: list[str], group: str, handle: Handle,
+                 batch: int = 5000) -> None:
+    """At-least-once consume -> ``handle`` -> produce, offsets committed asynchronously per batch,
+    until SIGTERM. Shared by the baselines so they differ only in what they do per record."""
     consumer = Consumer(kafka.consumer(group, **{"isolation.level": "read_uncommitted",
                                                 "enable.auto.offset.store": True}))
     producer = Producer(kafka.producer(**{"batch.size": 1_000_000}))
@@ -29,18 +34,25 @@ def run(kafka: KafkaConfig, source: str, sink: str, group: str, via: str | None 
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    consumer.subscribe([source] if via is None else [source, via])
+    consumer.subscribe(topics)
     while not stopping:
         messages = consumer.consume(batch, timeout=0.25)
         for message in messages:
             if message.error() is None:
-                target = via if via is not None and message.topic() == source else sink
-                producer.produce(target, message.value(), message.key())
+                handle(message, producer)
         producer.poll(0)
         if messages:
             consumer.commit(asynchronous=True)
     producer.flush(30)
     consumer.close()
+
+
+def run(kafka: KafkaConfig, source: str, sink: str, group: str, via: str | None = None) -> None:
+    def forward(message: Message, producer: Producer) -> None:
+        target = via if via is not None and message.topic() == source else sink
+        producer.produce(target, message.value(), message.key())
+
+    consume_loop(kafka, [source] if via is None else [source, via], group, forward)
 
 
 def main() -> None:

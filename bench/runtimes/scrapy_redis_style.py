@@ -13,45 +13,28 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import signal
 from urllib.parse import urljoin
 
 import orjson
 import redis
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Message, Producer
 from w3lib.url import canonicalize_url
 
+from bench.runtimes.passthrough import consume_loop
 from streams.runtime.kafka_io import KafkaConfig
 
 
 def run(kafka: KafkaConfig, source: str, sink: str, group: str, redis_port: int, key: str) -> None:
-    consumer = Consumer(kafka.consumer(group, **{"isolation.level": "read_uncommitted",
-                                                "enable.auto.offset.store": True}))
-    producer = Producer(kafka.producer(**{"batch.size": 1_000_000}))
     client = redis.Redis(host="127.0.0.1", port=redis_port)
-    stopping = False
 
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def dedup(message: Message, producer: Producer) -> None:
+        record = orjson.loads(message.value() or b"{}")
+        url = canonicalize_url(urljoin(record.get("source_url") or "", record["url"]))
+        fingerprint = hashlib.sha1(b"GET" + url.encode()).hexdigest()
+        if client.sadd(key, fingerprint):  # one round trip per URL, as scrapy-redis does
+            producer.produce(sink, orjson.dumps({"url": record["url"], "canonical": url}))
 
-    signal.signal(signal.SIGTERM, stop)
-    consumer.subscribe([source])
-    while not stopping:
-        messages = consumer.consume(5000, timeout=0.25)
-        for message in messages:
-            if message.error() is not None:
-                continue
-            record = orjson.loads(message.value() or b"{}")
-            url = canonicalize_url(urljoin(record.get("source_url") or "", record["url"]))
-            fingerprint = hashlib.sha1(b"GET" + url.encode()).hexdigest()
-            if client.sadd(key, fingerprint):
-                producer.produce(sink, orjson.dumps({"url": record["url"], "canonical": url}))
-        producer.poll(0)
-        if messages:
-            consumer.commit(asynchronous=True)
-    producer.flush(30)
-    consumer.close()
+    consume_loop(kafka, [source], group, dedup)
 
 
 def main() -> None:
