@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.kafka_io import KafkaConfig
-from streams.url_dedup import STAGE, VERSION_KEY, UrlDedupSettings, state_version
+from streams.url_dedup import VERSION_KEY, UrlDedupSettings, state_version
 from streams.urls import canonical
 
 
@@ -109,5 +109,3 @@ def migrate(kafka: KafkaConfig, group: str, shard_topic: str, changelog: str,
     producer.commit_transaction(transaction_timeout_s)
     return report
 
-
-__all__ = ["STAGE", "MigrationReport", "migrate"]

@@ -29,7 +29,7 @@ import orjson
 
 from streams.errors import StateError
 from streams.runtime.store import PartitionStore
-from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter
+from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT = "bloom.snapshot"
 _OFFSET = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none
@@ -76,8 +76,7 @@ class BloomFrontStore:
             bloom = BloomFilter.from_bytes(found[1])
         except BloomFormatError:
             return None
-        wanted = BloomFilter(capacity_items, false_positive_rate)
-        if (bloom.size_bits, bloom.hash_count) != (wanted.size_bits, wanted.hash_count):
+        if (bloom.size_bits, bloom.hash_count) != bloom_size(capacity_items, false_positive_rate):
             return None  # resized by the operator
         return bloom
 

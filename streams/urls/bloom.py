@@ -157,34 +157,9 @@ class BloomFilter:
         return True
 
     def add_many(self, fps: Iterable[bytes]) -> list[bool]:
-        """:meth:`add` for each fingerprint, in order (one call, locals bound once: faster in bulk)."""
-        bits, size_bits, masks, unpack = self._bits, self._size_bits, _MASKS, _HALVES.unpack
-        probes = range(self._hash_count)
-        results: list[bool] = []
-        append = results.append
-        set_bits = count_items = 0
-        for fp in fps:
-            h1, h2 = unpack(fp)
-            step = (h2 | 1) % size_bits
-            position = h1 % size_bits
-            new_bits = 0
-            for _ in probes:
-                index = position >> 3
-                mask = masks[position & 7]
-                byte = bits[index]
-                if not byte & mask:
-                    bits[index] = byte | mask
-                    new_bits += 1
-                position += step
-                if position >= size_bits:
-                    position -= size_bits
-            if new_bits:
-                set_bits += new_bits
-                count_items += 1
-            append(not new_bits)
-        self._set_bits += set_bits
-        self._count_items += count_items
-        return results
+        """:meth:`add` for each fingerprint, in order."""
+        add = self.add
+        return [add(fp) for fp in fps]
 
     def __contains__(self, fp: bytes) -> bool:
         h1, h2 = _HALVES.unpack(fp)
@@ -203,25 +178,9 @@ class BloomFilter:
         return True
 
     def contains_many(self, fps: Iterable[bytes]) -> list[bool]:
-        """``fp in self`` for each fingerprint, in order, without a method call per key."""
-        bits, size_bits, masks, unpack = self._bits, self._size_bits, _MASKS, _HALVES.unpack
-        probes = range(self._hash_count)
-        results: list[bool] = []
-        append = results.append
-        for fp in fps:
-            h1, h2 = unpack(fp)
-            step = (h2 | 1) % size_bits
-            position = h1 % size_bits
-            for _ in probes:
-                if not bits[position >> 3] & masks[position & 7]:
-                    append(False)
-                    break
-                position += step
-                if position >= size_bits:
-                    position -= size_bits
-            else:
-                append(True)
-        return results
+        """``fp in self`` for each fingerprint, in order."""
+        unpack, contains = _HALVES.unpack, self._contains_halves
+        return [contains(*unpack(fp)) for fp in fps]
 
     def fill_ratio(self) -> float:
         """Share of bits set, from the running popcount (O(1))."""
