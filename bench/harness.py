@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,50 +47,18 @@ def keyed_stream(distinct: int, total: int, seed: int = 7) -> list[bytes]:
     return keys
 
 
-def produce(kafka: KafkaConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
-    producer = Producer(kafka.producer(**{"linger.ms": 50, "batch.size": 1_000_000,
-                                          "queue.buffering.max.messages": 1_000_000}))
-    count = 0
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        count += 1
-        if count % 50_000 == 0:
-            producer.poll(0)
-    if producer.flush(60) != 0:
-        raise RuntimeError("records left unflushed")
-    return count
+produce = produce_all  # one producer loop for the demo, the benchmarks and the tests
 
 
 def read_all(kafka: KafkaConfig, topic: str, idle_s: float = 3.0,
              value_of: Callable[[bytes | None, bytes | None], bytes | None] | None = None) -> Counter[bytes]:
     """Count each key (or ``value_of(key, value)``) on ``topic``, read_committed, until every
     partition reached its end and nothing new arrived for ``idle_s``."""
-    consumer = Consumer(kafka.consumer(fresh_name("reader"), **{"enable.partition.eof": True}))
-    metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-    partitions = [TopicPartition(topic, p, 0) for p in metadata.partitions]
-    consumer.assign(partitions)
     counts: Counter[bytes] = Counter()
-    at_end: set[int] = set()
-    last = time.monotonic()
-    while len(at_end) < len(partitions) or time.monotonic() - last < idle_s:
-        for message in consumer.consume(10_000, timeout=0.5):
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                    continue
-                raise RuntimeError(str(error))
-            at_end.discard(message.partition())
-            last = time.monotonic()
-            item = message.key() if value_of is None else value_of(message.key(), message.value())
-            if item is not None:
-                counts[item] += 1
-    consumer.close()
+    for message in read_to_end(kafka, topic, idle_s):
+        item = message.key() if value_of is None else value_of(message.key(), message.value())
+        if item is not None:
+            counts[item] += 1
     return counts
 
 

@@ -27,12 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
 from streams import config, kafka_local
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
 
 HOSTS = ["news.example", "shop.example", "blog.example", "wiki.example", "forum.example"]
@@ -61,31 +58,6 @@ def generate(distinct: int = 5_000, repeats: int = 15_000, seed: int = 1) -> Pla
     return PlantedCrawl(records, distinct, len(malformed))
 
 
-def _produce(kafka: KafkaConfig, topic: str, values: list[bytes]) -> None:
-    producer = Producer(kafka.producer(**{"linger.ms": 20}))
-    for value in values:
-        producer.produce(topic, value)
-        producer.poll(0)
-    producer.flush(30)
-
-
-def _read(kafka: KafkaConfig, topic: str) -> list[bytes]:
-    consumer = Consumer(kafka.consumer(f"demo-reader-{time.time_ns()}", **{"enable.partition.eof": True}))
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    values: list[bytes] = []
-    at_end: set[int | None] = set()
-    while len(at_end) < len(partitions):
-        for message in consumer.consume(5000, timeout=0.5):
-            error = message.error()
-            if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-            elif error is None:
-                values.append(message.value() or b"")
-    consumer.close()
-    return values
-
-
 def run() -> int:
     external = config.bootstrap_servers()
     broker = kafka_local.LocalBroker()
@@ -95,9 +67,8 @@ def run() -> int:
     kafka = KafkaConfig(external or broker.bootstrap, config.kafka_client_settings())
     topics = Topics(f"demo-{time.strftime('%H%M%S')}.")
     crawl = generate()
-    admin = AdminClient(kafka.admin())  # kept alive until the topic exists
-    admin.create_topics([NewTopic(topics.frontier, 4, 1)])[topics.frontier].result()
-    _produce(kafka, topics.frontier, crawl.records)
+    ensure_topics(kafka, [TopicSpec(topics.frontier, 4)])
+    produce_all(kafka, topics.frontier, ((None, value) for value in crawl.records))
     print(f"2. frontier: {len(crawl.records):,} records -> {topics.frontier} "
           f"({crawl.distinct_urls:,} distinct URLs, {crawl.malformed} malformed)")
     with tempfile.TemporaryDirectory(prefix="demo-state-") as state:
@@ -110,8 +81,9 @@ def run() -> int:
             cwd=Path(__file__).resolve().parent.parent, check=False)
         print(f"3. url-dedup worker drained the frontier in {time.monotonic() - began:.1f} s "
               f"(exit {worker.returncode})")
-    new_urls = _read(kafka, topics.new_urls)
-    reasons = Counter(orjson.loads(v)["reason"] for v in _read(kafka, topics.dead_letters))
+    new_urls = list(read_to_end(kafka, topics.new_urls))
+    letters = read_to_end(kafka, topics.dead_letters)
+    reasons = Counter(orjson.loads(m.value() or b"{}")["reason"] for m in letters)
     ok = len(new_urls) == crawl.distinct_urls and sum(reasons.values()) == crawl.malformed
     print("4. summary (read_committed):")
     print(f"   URLs in            {len(crawl.records) - crawl.malformed:>8,}")

@@ -10,11 +10,13 @@ by host would land on a different partition than a Java fetcher's record with th
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
@@ -102,6 +104,50 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
             if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another worker won the race
                 raise ConfigError(f"cannot create topic {name}: {error}") from error
     log.info("created topics %s", ", ".join(s.name for s in missing))
+
+
+def produce_all(kafka: KafkaConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+    """Produce every ``(key, value)`` and wait for delivery (demo, benchmarks, tests)."""
+    producer = Producer(kafka.producer(**{"linger.ms": 50, "batch.size": 1_000_000,
+                                          "queue.buffering.max.messages": 1_000_000}))
+    count = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
+        count += 1
+        if count % 50_000 == 0:
+            producer.poll(0)
+    if producer.flush(60) != 0:
+        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, f"records to {topic} left unflushed"))
+    return count
+
+
+def read_to_end(kafka: KafkaConfig, topic: str, idle_s: float = 0.0) -> Iterator[Message]:
+    """Every committed record of ``topic`` (read_committed, from offset 0), until each partition
+    reached its end and nothing new arrived for ``idle_s``."""
+    consumer = Consumer(kafka.consumer(f"reader-{uuid.uuid4().hex[:10]}", **{"enable.partition.eof": True}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int | None] = set()
+        last = time.monotonic()
+        while len(at_end) < len(partitions) or time.monotonic() - last < idle_s:
+            for message in consumer.consume(10_000, timeout=0.5):
+                error = message.error()
+                if error is None:
+                    at_end.discard(message.partition())
+                    last = time.monotonic()
+                    yield message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                else:
+                    raise KafkaException(error)
+    finally:
+        consumer.close()
 
 
 def new_producer(config: Mapping[str, Any]) -> Producer:
