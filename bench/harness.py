@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
@@ -31,11 +31,24 @@ def fresh_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def create_topics(kafka: KafkaConfig, names: Iterable[str], partitions: int) -> None:
+def create_topics(kafka: KafkaConfig, names: Iterable[str], partitions: int, exist_ok: bool = False) -> None:
     admin = AdminClient(kafka.admin())
     futures = admin.create_topics([NewTopic(name, partitions, 1) for name in names])
     for future in futures.values():
-        future.result()
+        try:
+            future.result()
+        except KafkaException as error:
+            if not (exist_ok and error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.5) -> None:
+    """Poll ``condition`` until it holds; TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met in {timeout_s} s")
+        time.sleep(poll_s)
 
 
 def keyed_stream(distinct: int, total: int, seed: int = 7) -> list[bytes]:

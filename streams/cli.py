@@ -23,6 +23,7 @@ from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 
 if TYPE_CHECKING:
+    from streams.topics import Topics  # noqa: F811 - imported at run time inside the handlers
     from streams.url_dedup import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
@@ -131,6 +132,48 @@ def _offline(stage: Stage, store: PartitionStore, output_topic: str) -> int:
     return 0
 
 
+def _content_seen(args: argparse.Namespace) -> int:
+    from streams.content_seen import ContentSeenSettings, ContentSeenStage
+
+    return _run_keyed_stage(args, lambda topics, settings: ContentSeenStage(
+        topics, settings.app_id, config.load(ContentSeenSettings, "content_seen", args.config),
+        settings.max_record_bytes), output=lambda topics: topics.page_verdicts,
+        outputs=lambda topics: [topics.unique_pages, topics.page_verdicts],
+        inputs=lambda topics: [topics.fetched_pages])
+
+
+def _revisit(args: argparse.Namespace) -> int:
+    from streams.revisit import RevisitSettings, RevisitStage
+
+    return _run_keyed_stage(args, lambda topics, settings: RevisitStage(
+        topics, settings.app_id, config.load(RevisitSettings, "revisit", args.config),
+        settings.max_record_bytes), output=lambda topics: topics.revisit_updates,
+        outputs=lambda topics: [topics.revisit_updates],
+        inputs=lambda topics: [topics.fetched_pages])
+
+
+def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, config.RuntimeSettings], Stage],
+                     output: Callable[[Topics], str], outputs: Callable[[Topics], list[str]],
+                     inputs: Callable[[Topics], list[str]]) -> int:
+    """Run a stage whose state is a plain RocksDB store per shard, offline or as a worker."""
+    from streams.runtime.runner import StageTopics, run_stage
+    from streams.runtime.store import RocksStore
+    from streams.topics import Topics
+
+    settings = _runtime_settings(args)
+    topic_settings = _topic_settings(args)
+    topics = Topics(topic_settings.prefix)
+    stage = make_stage(topics, settings)
+    if args.offline:
+        with _offline_dir(args) as directory:
+            store = RocksStore(directory / stage.name / "shard-0000",
+                               block_cache_mb=settings.rocksdb_block_cache_mb)
+            return _offline(stage, store, output(topics))
+    run_stage(stage, StageTopics(inputs=inputs(topics), outputs=outputs(topics)), kafka_config(args),
+              settings, topic_settings, idle_exit_s=args.idle_exit_s)
+    return 0
+
+
 def _url_migrate(args: argparse.Namespace) -> int:
     from streams.topics import Topics
     from streams.url_dedup import STAGE
@@ -209,6 +252,16 @@ def _parser() -> argparse.ArgumentParser:
                            help="exact: RocksDB set behind a Bloom filter (default); "
                                 "bloom: a Bloom filter only")
     url_dedup.set_defaults(handler=_url_dedup)
+
+    content_seen = commands.add_parser(
+        "content-seen", help="a verdict for every fetched page; unique pages once (exact and near duplicates)")
+    _add_worker_options(content_seen)
+    content_seen.set_defaults(handler=_content_seen)
+
+    revisit = commands.add_parser(
+        "revisit", help="change detection and the next fetch time for every fetched page")
+    _add_worker_options(revisit)
+    revisit.set_defaults(handler=_revisit)
 
     migrate = commands.add_parser(
         "url-dedup-migrate", help="re-fingerprint the URL seen-set for new canonicalization settings")

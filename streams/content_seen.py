@@ -1,5 +1,233 @@
-"""content_seen stage: exact and near-duplicate pages (SimHash block tables, Manku et al. WWW 2007).
+"""content_seen stage: a verdict for every fetched page, and each page's content once.
 
-Not built yet: issue 4 builds it on the runtime of :mod:`streams.runtime`. The module exists so
-the package has the layout of the design card; it registers no command.
+Near-duplicates are found through SimHash block tables (Manku, Jain and Das Sarma, WWW 2007),
+and the tables are sharded across partitions *by table key*, not by the page's host: a mirror of a
+page on another host has other URLs but the same keys, so it meets the original in the same
+buckets whichever input partition it came through, and each worker holds only its shards' buckets.
+That makes a lookup a scatter and gather over the stage's shard topic, in three steps, each inside
+the runtime's one-transaction-per-batch (so state, changelog, outputs and offsets commit together):
+
+1. ``route`` (any fetched-pages partition): validate, decode, extract the main text, digest and
+   SimHash it (:mod:`streams.pages.analyze`). A page with no text to compare gets its ``skipped``
+   verdict here. Otherwise: one *page* record to the page's gather shard (keyed by its order key)
+   and one *probe* per block table to the shard owning that table key.
+2. *probe* (the table key's shard): find the best earlier entry within the Hamming threshold in
+   the bucket (:func:`streams.pages.buckets.best_match`), insert the page, and send a *reply* to
+   the gather shard.
+3. *page* and *reply* (the gather shard): keep the page until all its replies are in (the page
+   record was committed before any probe was answered, so it always arrives first), then emit the
+   verdict, and the page itself to the unique-pages topic when nothing earlier matched.
+
+State keys (one prefix per kind): ``t`` + table key -> bucket; ``p`` + order -> waiting page;
+``a`` + order -> replies so far. The block design and feature version are recorded per shard and
+a worker with other settings refuses the shard instead of mixing two fingerprint spaces.
 """
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from streams import records
+from streams.errors import ConfigError, RecordRejected
+from streams.pages import buckets
+from streams.pages.analyze import PageSettings, analyze_page, design_for
+from streams.pages.buckets import Entry, Match
+from streams.pages.decode import Skipped
+from streams.pages.simhash import to_hex
+from streams.records import RecordKind
+from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.store import PartitionStore
+from streams.topics import Topics
+
+STAGE = "content-seen"
+DESIGN_KEY = b"meta:block_design"
+PAGE, PROBE, REPLY = b"P", b"Q", b"R"
+_PROBE_HEAD = struct.Struct(">16sQ16s")
+_REPLY_HEAD = struct.Struct(">16sBB")
+
+
+@dataclass(frozen=True)
+class ContentSeenSettings(PageSettings):
+    """Settings of the page stage (``[content_seen]`` in TOML, ``STREAMS_CONTENT_SEEN_*``)."""
+
+    max_bucket_entries: int = 64     # a bucket keeps its earliest entries beyond this
+
+
+def fingerprint_space(settings: PageSettings) -> bytes:
+    """What the stored fingerprints and table keys depend on: every page-analysis setting."""
+    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(PageSettings)}
+    return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+
+
+def page_order(record: dict[str, Any], message: Message) -> bytes:
+    """A page's place in the global "earlier" order: ``fetched_at``, else the record's timestamp."""
+    fetched_at = record.get("fetched_at")
+    if isinstance(fetched_at, str):
+        millis = int(records.parse_rfc3339(fetched_at).timestamp() * 1000)
+    else:
+        millis = message.timestamp()[1]
+    return buckets.order_key(millis, message.partition() or 0, message.offset() or 0)
+
+
+@dataclass
+class ContentSeenStage:
+    """The stage as the runtime drives it (see :class:`streams.runtime.stage.Stage`)."""
+
+    topics: Topics
+    app_id: str
+    settings: ContentSeenSettings = field(default_factory=ContentSeenSettings)
+    max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
+    name: str = STAGE
+    route_topics: Sequence[str] = field(init=False)
+    state_topic: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.route_topics = [self.topics.fetched_pages]
+        self.state_topic = self.topics.shards(self.app_id, self.name)
+        self._design = design_for(self.settings)
+        self._design_id = fingerprint_space(self.settings)
+        self._checked: set[int] = set()
+
+    # -- shards --------------------------------------------------------------------------------
+
+    def open_shard(self, partition: int, store: PartitionStore) -> None:
+        found = store.get(DESIGN_KEY)
+        if found is not None:
+            self._refuse_other_design(partition, found)
+            self._checked.add(partition)
+
+    def _check_design(self, partition: int, state: BatchState) -> None:
+        if partition in self._checked:
+            return
+        found = state.get(DESIGN_KEY)
+        if found is None:
+            state.set(DESIGN_KEY, self._design_id)
+        else:
+            self._refuse_other_design(partition, found)
+        self._checked.add(partition)
+
+    def _refuse_other_design(self, partition: int, found: bytes) -> None:
+        if found != self._design_id:
+            raise ConfigError(
+                f"shard {partition} holds block tables built as {found.decode(errors='replace')}, this "
+                f"worker uses {self._design_id.decode()}: keep the old settings, or start a new app_id")
+
+    # -- 1. route ------------------------------------------------------------------------------
+
+    def route(self, message: Message) -> list[Emit]:
+        raw = message.value()
+        record = records.decode(RecordKind.FETCHED_PAGE, raw, max_record_bytes=self.max_record_bytes)
+        analysis = analyze_page(record, self.settings)
+        if isinstance(analysis, Skipped):
+            return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
+        order = page_order(record, message)
+        page = Entry(order, analysis.simhash, analysis.text_digest, record["url"])
+        table_keys = self._design.keys(analysis.simhash)
+        head = orjson.dumps({"url": page.url, "simhash": to_hex(page.simhash),
+                             "digest": page.text_digest.hex(), "tables": len(table_keys)})
+        emits = [Emit(self.state_topic, PAGE + head + b"\n" + (raw or b""), order)]
+        probe = PROBE + _PROBE_HEAD.pack(order, page.simhash, page.text_digest) + page.url.encode(
+            "utf-8", "surrogatepass")
+        emits.extend(Emit(self.state_topic, probe, table_key) for table_key in table_keys)
+        return emits
+
+    # -- 2. and 3. the shard steps ---------------------------------------------------------------
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        key, value = message.key(), message.value() or b""
+        if key is None or not value:
+            raise RecordRejected("invalid_shard_record", "shard record without a key or value")
+        self._check_design(message.partition() or 0, state)
+        kind, body = value[:1], value[1:]
+        if kind == PROBE:
+            return self._probe(key, body, state)
+        if kind == PAGE:
+            state.set(b"p" + key, body)
+            return []
+        if kind == REPLY:
+            return self._reply(key, body, state)
+        raise RecordRejected("invalid_shard_record", f"unknown shard record kind {kind!r}")
+
+    def _probe(self, table_key: bytes, body: bytes, state: BatchState) -> list[Emit]:
+        order, simhash, digest = _PROBE_HEAD.unpack_from(body)
+        page = Entry(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"))
+        bucket = buckets.decode_bucket(state.get(b"t" + table_key))
+        match = buckets.best_match(bucket, page, self.settings.hamming_threshold)
+        grown = buckets.with_entry(bucket, page, self.settings.max_bucket_entries)
+        if grown is not None:
+            state.set(b"t" + table_key, buckets.encode_bucket(grown))
+        return [Emit(self.state_topic, REPLY + _encode_match(match), order)]
+
+    def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
+        page = state.get(b"p" + order)
+        if page is None:
+            raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
+        head, _, original = page.partition(b"\n")
+        meta = orjson.loads(head)
+        count, best = _decode_progress(state.get(b"a" + order))
+        count, best = count + 1, _better(best, _decode_match(body))
+        if count < meta["tables"]:
+            state.set(b"a" + order, _encode_progress(count, best))
+            return []
+        state.delete(b"p" + order)
+        state.delete(b"a" + order)
+        return self._decide(meta, original, best)
+
+    def _decide(self, meta: dict[str, Any], original: bytes, best: Match | None) -> list[Emit]:
+        url, simhash, digest = meta["url"], meta["simhash"], meta["digest"]
+        if best is not None:
+            return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
+                                  duplicate_of=best.url, distance=best.distance, simhash=simhash,
+                                  digest=digest)]
+        record = orjson.loads(original)
+        record.update(simhash=simhash, digest=digest)
+        unique = records.encode(RecordKind.UNIQUE_PAGE, record)
+        return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")),
+                self._verdict(url, "unique", simhash=simhash, digest=digest)]
+
+    def _verdict(self, url: str, verdict: str, **fields: Any) -> Emit:
+        value = records.encode(RecordKind.PAGE_VERDICT, {
+            "url": url, "verdict": verdict, "kind": None, "duplicate_of": None, "distance": None,
+            "simhash": None, "digest": None, "reason": None, **fields})
+        return Emit(self.topics.page_verdicts, value, url.encode("utf-8", "surrogatepass"))
+
+
+# -- reply and progress encodings -------------------------------------------------------------------
+
+
+def _encode_match(match: Match | None) -> bytes:
+    if match is None:
+        return b""
+    return _REPLY_HEAD.pack(match.order, match.distance, match.exact) + match.url.encode(
+        "utf-8", "surrogatepass")
+
+
+def _decode_match(raw: bytes) -> Match | None:
+    if not raw:
+        return None
+    order, distance, exact = _REPLY_HEAD.unpack_from(raw)
+    return Match(order, raw[_REPLY_HEAD.size:].decode("utf-8", "surrogatepass"), distance, bool(exact))
+
+
+def _better(current: Match | None, found: Match | None) -> Match | None:
+    if current is None:
+        return found
+    if found is None:
+        return current
+    return found if found.rank() < current.rank() else current
+
+
+def _encode_progress(count: int, best: Match | None) -> bytes:
+    return struct.pack(">H", count) + _encode_match(best)
+
+
+def _decode_progress(raw: bytes | None) -> tuple[int, Match | None]:
+    if raw is None:
+        return 0, None
+    return struct.unpack_from(">H", raw)[0], _decode_match(raw[2:])

@@ -11,6 +11,7 @@ reported on stderr (and, with ``errors_to_stdout``, as ``{"line", "error", "deta
 from __future__ import annotations
 
 import sys
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -47,6 +48,10 @@ class LineMessage:
     def value(self) -> bytes:
         return self._value
 
+    def timestamp(self) -> tuple[int, int]:
+        """No record time offline: pages without ``fetched_at`` are ordered by line number."""
+        return (0, 0)
+
 
 def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], output_topic: str,
                 out: IO[bytes] | None = None, errors_to_stdout: bool = False) -> int:
@@ -73,14 +78,21 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
 
 
 def _decide(stage: Stage, store: PartitionStore, message: LineMessage) -> list[Emit]:
+    """Route one line, then process what reaches the shard topic until nothing does.
+
+    A stage may send records back to its own shard topic (content_seen's probes and replies);
+    offline, every shard is the one local store, so they are processed here in the order sent.
+    """
     decided: list[Emit] = []
-    for routed in stage.route(message):
+    pending = deque(stage.route(message))
+    while pending:
+        routed = pending.popleft()
         if routed.topic != stage.state_topic:
             decided.append(routed)
             continue
         state = BatchState(store)
         shard_message = LineMessage(stage.state_topic, message.offset(), routed.value or b"", routed.key)
-        decided.extend(stage.process(shard_message, state))
+        pending.extend(stage.process(shard_message, state))
         store.apply(state.writes, None)
     return decided
 

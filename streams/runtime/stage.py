@@ -34,6 +34,10 @@ class Message(Protocol):
 
     def value(self) -> bytes | None: ...
 
+    def timestamp(self) -> tuple[int, int]:
+        """(timestamp type, milliseconds since the epoch) as librdkafka reports it."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Emit:

@@ -1,0 +1,124 @@
+"""content_seen against the real broker: mirrors across partitions and workers, dead letters, SIGKILLs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import harness as h
+from streams import simweb
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.topics import Topics
+from tests.conftest import PROJECT_ROOT, run_cli
+
+INPUT_PARTITIONS = 4
+
+
+def _produce_crawl(kafka: KafkaConfig, topics: Topics, pages: list[simweb.PlantedPage],
+                   extra: tuple[bytes, ...] = ()) -> set[int]:
+    """Produce pages keyed by URL (so copies land on other partitions); return the partitions used."""
+    h.create_topics(kafka, [topics.fetched_pages], INPUT_PARTITIONS, exist_ok=True)
+    values: list[tuple[bytes | None, bytes]] = [(page.url.encode(), orjson.dumps(page.record))
+                                                for page in pages]
+    values += [(None, value) for value in extra]
+    h.produce(kafka, topics.fetched_pages, values)
+    urls = {page.url.encode() for page in pages}
+    return {m.partition() or 0 for m in read_to_end(kafka, topics.fetched_pages) if m.key() in urls}
+
+
+def _worker(kafka: KafkaConfig, prefix: str, state: Path, worker_id: str, *extra: str) -> list[str]:
+    return ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", sys.executable, "-m", "streams",
+            "content-seen", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", worker_id,
+            "--state-dir", str(state), "--shards", "4", *extra]
+
+
+def _verdicts(kafka: KafkaConfig, topics: Topics) -> list[dict[str, Any]]:
+    return [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.page_verdicts)]
+
+
+def _offline_verdicts(kafka: KafkaConfig, pages: list[simweb.PlantedPage],
+                      state: Path) -> list[dict[str, Any]]:
+    lines = b"".join(orjson.dumps(page.record) + b"\n" for page in pages)
+    result = run_cli(kafka, "content-seen", "--offline", "--state-dir", str(state), stdin=lines)
+    assert result.returncode == 0, result.stderr.decode()
+    return [orjson.loads(line) for line in result.stdout.splitlines()]
+
+
+def _check_against_plan(pages: list[simweb.PlantedPage], verdicts: list[dict[str, Any]],
+                        reference: list[dict[str, Any]]) -> None:
+    """One verdict per page; originals unique, mirrors (same main text) exact duplicates; near copies
+    as the offline mode decided them (whether 2 changed words stay within k bits is SimHash's call)."""
+    by_url = Counter(v["url"] for v in verdicts)
+    assert set(by_url) == {page.url for page in pages}
+    assert max(by_url.values()) == 1, "a page got two verdicts"
+    found = {v["url"]: v for v in verdicts}
+    offline = {v["url"]: v for v in reference}
+    for page in pages:
+        verdict = found[page.url]
+        expected = {"original": "unique", "mirror": "duplicate"}.get(page.kind, offline[page.url]["verdict"])
+        assert verdict["verdict"] == expected, (page.kind, page.url, verdict)
+        if page.kind == "mirror":
+            assert verdict["kind"] == "exact" and verdict["distance"] == 0, verdict
+        assert (verdict["simhash"], verdict["digest"]) == (offline[page.url]["simhash"],
+                                                          offline[page.url]["digest"])
+
+
+def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConfig, prefix: str,
+                                                                 tmp_path: Path) -> None:
+    """Originals first, their copies later (as a crawl meets them) through other partitions, two workers."""
+    topics = Topics(prefix)
+    pages = simweb.crawl(seed=3, articles=24)
+    originals = [page for page in pages if page.kind == "original"]
+    copies = [page for page in pages if page.kind != "original"]
+    bad = (b"{not json", b'{"url": 7}', orjson.dumps({"url": "https://x.example/", "body_base64": "abc"}))
+    used = _produce_crawl(kafka, topics, originals, bad)
+    workers = [subprocess.Popen(_worker(kafka, prefix, tmp_path / f"s{i}", f"w{i}", "--idle-exit-s", "15"),
+                                cwd=PROJECT_ROOT, stderr=subprocess.PIPE) for i in range(2)]
+    h.wait_for(lambda: len(_verdicts(kafka, topics)) >= len(originals), timeout_s=180)
+    used |= _produce_crawl(kafka, topics, copies)
+    assert len(used) == INPUT_PARTITIONS
+    for worker in workers:
+        _, err = worker.communicate(timeout=240)
+        assert worker.returncode == 0, err.decode()[-2000:]
+    verdicts = _verdicts(kafka, topics)
+    _check_against_plan(pages, verdicts, _offline_verdicts(kafka, pages, tmp_path / "offline"))
+    unique = [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.unique_pages)]
+    assert sorted(u["url"] for u in unique) == sorted(v["url"] for v in verdicts if v["verdict"] == "unique")
+    assert all(len(u["simhash"]) == 16 and u["digest"] and u["body_base64"] for u in unique)
+    letters = [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.dead_letters)]
+    assert sorted(letter["reason"] for letter in letters) == ["invalid_json", "schema", "schema"]
+    # both workers held shards: the state is split between them
+    assert all(any((tmp_path / f"s{i}").rglob("shard-*")) for i in range(2))
+
+
+def test_offline_mode_gives_one_verdict_per_line_in_order(kafka: KafkaConfig, tmp_path: Path) -> None:
+    pages = simweb.crawl(seed=5, articles=8)
+    verdicts = _offline_verdicts(kafka, pages, tmp_path)
+    assert [v["url"] for v in verdicts] == [page.url for page in pages]
+    _check_against_plan(pages, verdicts, verdicts)
+
+
+def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+    """All pages at once (copies race their originals), 3 SIGKILLs: one verdict each, no cluster lost."""
+    topics = Topics(prefix)
+    pages = simweb.crawl(seed=11, articles=120)
+    _produce_crawl(kafka, topics, pages)
+    command = _worker(kafka, prefix, tmp_path / "state", "w0", "--batch-max-messages", "50")
+    group = f"{prefix}app.content-seen"
+    report = h.run_with_kills(
+        command, lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),
+        len(pages), 3, tmp_path / "worker.log", timeout_s=400,
+        done=lambda: len(_verdicts(kafka, topics)) >= len(pages))
+    assert report.kills == 3
+    verdicts = _verdicts(kafka, topics)
+    assert sorted(v["url"] for v in verdicts) == sorted(page.url for page in pages)  # once each
+    unique = {v["url"] for v in verdicts if v["verdict"] == "unique"}
+    clusters: dict[str, set[str]] = {}
+    for page in pages:
+        clusters.setdefault(page.article, set()).add(page.url)
+    assert all(members & unique for members in clusters.values()), "a cluster lost all its members"
