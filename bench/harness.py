@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -177,6 +178,21 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
         process.kill()
     report.seconds = time.monotonic() - began
     return report
+
+
+def steady_rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,
+                work: Path, via: str | None = None, partitions: int = 8,
+                unit: str = "urls") -> dict[str, Any]:
+    """Run ``command`` to the end of ``source`` (and of ``via``); records/s after its first commit."""
+    progress = lambda: committed_total(kafka, group, source, partitions)  # noqa: E731
+    done = (lambda: caught_up(kafka, group, via)) if via else None
+    report = run_with_kills(command, progress, total, kills=0, log_path=work / f"{name}.log", done=done)
+    steady_s = report.seconds - (report.first_progress_at or 0.0)
+    steady = total - report.first_progress_records
+    if steady <= 0:  # a run shorter than one progress poll: fall back to the whole run
+        steady, steady_s = total, report.seconds
+    return {"name": name, "records": total, "seconds": round(report.seconds, 1),
+            f"{unit}_per_s": round(steady / steady_s) if steady_s > 0 else None}
 
 
 def verdict(expected: set[bytes], counts: Counter[bytes]) -> dict[str, int]:

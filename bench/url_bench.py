@@ -46,28 +46,14 @@ PARTITIONS = 8
 PYTHON = sys.executable
 
 
-def _rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,
-          work: Path, via: str | None = None) -> dict[str, Any]:
-    progress = lambda: h.committed_total(kafka, group, source, PARTITIONS)  # noqa: E731
-    done = (lambda: h.caught_up(kafka, group, via)) if via else None
-    report = h.run_with_kills(command, progress, total, kills=0, log_path=work / f"{name}.log",
-                              done=done)
-    steady_s = report.seconds - (report.first_progress_at or 0.0)
-    steady = total - report.first_progress_records
-    if steady <= 0:  # a run shorter than one progress poll: fall back to the whole run
-        steady, steady_s = total, report.seconds
-    return {"name": name, "records": total, "seconds": round(report.seconds, 1),
-            "urls_per_s": round(steady / steady_s) if steady_s > 0 else None}
-
-
 def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path) -> dict[str, Any]:
     topics = Topics(prefix)
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
                f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", PYTHON, "-m", "streams", "url-dedup",
                "--topic-prefix", prefix, "--app-id", "bench", "--worker-id", "w0", "--state-dir",
                str(work / "state"), "--shards", str(PARTITIONS)]
-    return _rate("url-dedup stage", command, kafka, topics.group("bench", "url-dedup"), topics.frontier,
-                 total, work, via=topics.shards("bench", "url-dedup"))
+    return h.steady_rate("url-dedup stage", command, kafka, topics.group("bench", "url-dedup"),
+                         topics.frontier, total, work, via=topics.shards("bench", "url-dedup"))
 
 
 def _kill_test(kafka: KafkaConfig, records: int, kills: int, work: Path) -> dict[str, Any]:
@@ -98,7 +84,7 @@ def _passthrough(kafka: KafkaConfig, source: str, total: int, work: Path, hops: 
     command = [PYTHON, "-m", "bench.runtimes.passthrough", "--bootstrap", kafka.bootstrap_servers,
                "--input", source, "--output", sink, "--group", group] + (["--via", via] if via else [])
     name = f"passthrough, {hops} hop{'s' if hops > 1 else ''}"
-    return _rate(name, command, kafka, group, source, total, work, via=via)
+    return h.steady_rate(name, command, kafka, group, source, total, work, via=via)
 
 
 def _scrapy_redis(kafka: KafkaConfig, source: str, total: int, work: Path) -> dict[str, Any]:
@@ -115,7 +101,7 @@ def _scrapy_redis(kafka: KafkaConfig, source: str, total: int, work: Path) -> di
         command = [PYTHON, "-m", "bench.runtimes.scrapy_redis_style",
                    "--bootstrap", kafka.bootstrap_servers, "--input", source, "--output", sink,
                    "--group", group, "--redis-port", str(port)]
-        return _rate("scrapy-redis style", command, kafka, group, source, total, work)
+        return h.steady_rate("scrapy-redis style", command, kafka, group, source, total, work)
     finally:
         server.terminate()
         server.wait(10)

@@ -25,9 +25,10 @@ a worker with other settings refuses the shard instead of mixing two fingerprint
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected
 from streams.pages import buckets
-from streams.pages.analyze import PageSettings, analyze_page, design_for
+from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.buckets import Entry, Match
 from streams.pages.decode import Skipped
 from streams.pages.simhash import to_hex
@@ -121,17 +122,16 @@ class ContentSeenStage:
     # -- 1. route ------------------------------------------------------------------------------
 
     def route(self, message: Message) -> list[Emit]:
-        raw = message.value()
-        record = records.decode(RecordKind.FETCHED_PAGE, raw, max_record_bytes=self.max_record_bytes)
+        record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
+                                max_record_bytes=self.max_record_bytes)
+        body = records.body_bytes(record)
         analysis = analyze_page(record, self.settings)
         if isinstance(analysis, Skipped):
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
         page = Entry(order, analysis.simhash, analysis.text_digest, record["url"])
         table_keys = self._design.keys(analysis.simhash)
-        head = orjson.dumps({"url": page.url, "simhash": to_hex(page.simhash),
-                             "digest": page.text_digest.hex(), "tables": len(table_keys)})
-        emits = [Emit(self.state_topic, PAGE + head + b"\n" + (raw or b""), order)]
+        emits = [Emit(self.state_topic, PAGE + _encode_page(record, body, analysis, len(table_keys)), order)]
         probe = PROBE + _PROBE_HEAD.pack(order, page.simhash, page.text_digest) + page.url.encode(
             "utf-8", "surrogatepass")
         emits.extend(Emit(self.state_topic, probe, table_key) for table_key in table_keys)
@@ -148,7 +148,7 @@ class ContentSeenStage:
         if kind == PROBE:
             return self._probe(key, body, state)
         if kind == PAGE:
-            state.set(b"p" + key, body)
+            state.set(b"p" + key, body)  # the page record precedes its replies in this partition
             return []
         if kind == REPLY:
             return self._reply(key, body, state)
@@ -165,29 +165,26 @@ class ContentSeenStage:
         return [Emit(self.state_topic, REPLY + _encode_match(match), order)]
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
-        page = state.get(b"p" + order)
-        if page is None:
+        waiting = state.get(b"p" + order)
+        if waiting is None:
             raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-        head, _, original = page.partition(b"\n")
-        meta = orjson.loads(head)
         count, best = _decode_progress(state.get(b"a" + order))
         count, best = count + 1, _better(best, _decode_match(body))
-        if count < meta["tables"]:
+        head, record = _decode_page(waiting)
+        if count < head["tables"]:
             state.set(b"a" + order, _encode_progress(count, best))
             return []
         state.delete(b"p" + order)
         state.delete(b"a" + order)
-        return self._decide(meta, original, best)
+        return self._decide(head, record, best)
 
-    def _decide(self, meta: dict[str, Any], original: bytes, best: Match | None) -> list[Emit]:
-        url, simhash, digest = meta["url"], meta["simhash"], meta["digest"]
+    def _decide(self, head: dict[str, Any], record: _LazyRecord, best: Match | None) -> list[Emit]:
+        url, simhash, digest = head["url"], head["simhash"], head["digest"]
         if best is not None:
             return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,
                                   digest=digest)]
-        record = orjson.loads(original)
-        record.update(simhash=simhash, digest=digest)
-        unique = records.encode(RecordKind.UNIQUE_PAGE, record)
+        unique = records.encode(RecordKind.UNIQUE_PAGE, {**record(), "simhash": simhash, "digest": digest})
         return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")),
                 self._verdict(url, "unique", simhash=simhash, digest=digest)]
 
@@ -198,7 +195,41 @@ class ContentSeenStage:
         return Emit(self.topics.page_verdicts, value, url.encode("utf-8", "surrogatepass"))
 
 
-# -- reply and progress encodings -------------------------------------------------------------------
+# -- page, reply and progress encodings -------------------------------------------------------------
+
+_LazyRecord = Callable[[], dict[str, Any]]
+
+
+def _encode_page(record: dict[str, Any], body: bytes | str, analysis: PageAnalysis, tables: int) -> bytes:
+    """The waiting page: what the verdict needs, the record without its body, then the raw body.
+
+    The body travels (and is changelogged while the page waits) as raw bytes, not base64 JSON: a
+    quarter smaller before the producer's lz4, and several times smaller after it.
+    """
+    head = {"url": record["url"], "simhash": to_hex(analysis.simhash), "digest": analysis.text_digest.hex(),
+            "tables": tables, "body": "text" if isinstance(body, str) else "base64"}
+    shell = {name: value for name, value in record.items() if name not in ("body", "body_base64")}
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    return orjson.dumps(head) + b"\n" + orjson.dumps(shell) + b"\n" + raw
+
+
+def _decode_page(value: bytes) -> tuple[dict[str, Any], _LazyRecord]:
+    """The head now; the whole record (body re-encoded as it came) only if the page is unique."""
+    head_end = value.index(b"\n")
+    head = orjson.loads(value[:head_end])
+
+    def record() -> dict[str, Any]:
+        shell_end = value.index(b"\n", head_end + 1)
+        whole: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
+        raw = value[shell_end + 1:]
+        if head["body"] == "text":
+            whole["body"] = raw.decode("utf-8", "surrogatepass")
+        else:
+            whole["body_base64"] = base64.b64encode(raw).decode("ascii")
+        return whole
+
+    return head, record
+
 
 
 def _encode_match(match: Match | None) -> bytes:

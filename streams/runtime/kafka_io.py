@@ -38,7 +38,10 @@ class KafkaConfig:
         return {"bootstrap.servers": self.bootstrap_servers, **self.client}
 
     def producer(self, **extra: Any) -> dict[str, Any]:
-        return {"partitioner": PARTITIONER, "linger.ms": 5, **self._base(), **extra}
+        # lz4 runs in librdkafka's threads, beside Python: pages (and changelogged page state) shrink
+        # several times on the wire and on disk for little CPU. Pass-through settings override it.
+        return {"partitioner": PARTITIONER, "linger.ms": 5, "compression.type": "lz4",
+                **self._base(), **extra}
 
     def transactional_producer(self, transactional_id: str, timeout_s: float) -> dict[str, Any]:
         return self.producer(**{

@@ -1,0 +1,220 @@
+"""content_seen benchmark (issue 4): throughput on the shared corpus, lookup time, SIGKILLs.
+
+    python -m bench.content_bench [--pages 3000] [--lookup-sizes 100000,1000000,10000000] [--kills 10]
+
+1. Pages/s of one content-seen worker through Kafka (fetched-pages -> shards -> verdicts and unique
+   pages, transactions, RocksDB), on the shared corpus's HTML pages (``../shared/corpus``, all
+   three sets) fetched again and again from mirror hosts until ``--pages`` records: every page after
+   the first round is an exact copy of one already seen. Beside it, the same pages through the
+   offline mode in one process (no Kafka) and the page analysis alone.
+2. Near-duplicate lookup time against RocksDB block tables holding each of ``--lookup-sizes``
+   fingerprints (bench/content_lookup.py).
+3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/simweb.py, all pages at once so
+   copies race their originals): every page must get exactly one verdict (read_committed) and no
+   cluster of copies may lose all its members.
+
+Writes ``bench/results/content.json`` and ``.md``; exits non-zero when a check fails: fewer than
+300 pages/s, lookup at the largest size over twice that at the smallest, a planted near copy not
+found, a verdict lost or doubled, a cluster without a unique member.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gzip
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import content_lookup
+from bench import harness as h
+from bench.neardup_set import CORPUS, corpus_files
+from streams import config, kafka_local, records, simweb
+from streams.content_seen import ContentSeenStage
+from streams.pages.analyze import PageSettings, analyze_page
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.runtime.offline import run_offline
+from streams.runtime.store import RocksStore
+from streams.topics import Topics
+
+RESULTS = h.PROJECT_ROOT / "bench" / "results"
+PARTITIONS = 8
+MAX_RECORD_BYTES = 900_000  # the broker's default message.max.bytes is 1 MB; larger pages are left out
+PYTHON = sys.executable
+
+
+def corpus_records(pages: int) -> tuple[list[bytes], int]:
+    """``pages`` fetched-page records: the corpus, then again from mirror hosts; and pages left out."""
+    bodies, too_large = [], 0
+    for path in corpus_files():
+        raw = path.read_bytes()
+        raw = gzip.decompress(raw) if path.suffix == ".gz" else raw
+        encoded = base64.b64encode(raw).decode("ascii")
+        if len(encoded) > MAX_RECORD_BYTES:
+            too_large += 1
+            continue
+        bodies.append(encoded)
+    clock = datetime(2026, 11, 1, tzinfo=UTC)
+    out = []
+    for number in range(pages):
+        host = "origin.example" if number < len(bodies) else f"mirror{number // len(bodies)}.example"
+        record = {"url": f"https://{host}/page/{number % len(bodies)}", "status": 200,
+                  "content_type": "text/html", "body_base64": bodies[number % len(bodies)],
+                  "fetched_at": records.rfc3339(clock + timedelta(seconds=number))}
+        out.append(orjson.dumps(record))
+    return out, too_large
+
+
+def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path) -> dict[str, Any]:
+    topics = Topics(f"{h.fresh_name('contentbench')}.")
+    h.create_topics(kafka, [topics.fetched_pages], PARTITIONS)
+    h.produce(kafka, topics.fetched_pages, ((None, value) for value in values))
+    command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", PYTHON, "-m", "streams",
+               "content-seen", "--topic-prefix", topics.prefix, "--app-id", "bench", "--worker-id", "w0",
+               "--state-dir", str(work / "state"), "--shards", str(PARTITIONS), "--batch-max-messages", "500"]
+    rate = h.steady_rate("content-seen stage (Kafka, 1 worker)", command, kafka,
+                         topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
+                         via=topics.shards("bench", "content-seen"), partitions=PARTITIONS, unit="pages")
+    verdicts = Counter(orjson.loads(m.value() or b"{}")["verdict"]
+                       for m in read_to_end(kafka, topics.page_verdicts))
+    return {**rate, "verdicts": dict(verdicts)}
+
+
+def _offline_rate(values: list[bytes], work: Path) -> dict[str, Any]:
+    stage = ContentSeenStage(Topics("offline."), "bench")
+    store = RocksStore(work / "offline")
+    sink = open(work / "offline.jsonl", "wb")  # noqa: SIM115 - closed below
+    began = time.perf_counter()
+    run_offline(stage, store, values, "offline.page-verdicts", out=sink)
+    seconds = time.perf_counter() - began
+    sink.close()
+    store.close()
+    return {"name": "content-seen --offline (same code, no Kafka)", "records": len(values),
+            "seconds": round(seconds, 1), "pages_per_s": round(len(values) / seconds)}
+
+
+def _analysis_rate(values: list[bytes]) -> dict[str, Any]:
+    settings = PageSettings()
+    decoded = [records.decode(records.RecordKind.FETCHED_PAGE, value) for value in values]
+    began = time.perf_counter()
+    for record in decoded:
+        analyze_page(record, settings)
+    seconds = time.perf_counter() - began
+    return {"name": "page analysis only (decode, main text, SimHash)", "records": len(values),
+            "seconds": round(seconds, 1), "pages_per_s": round(len(values) / seconds)}
+
+
+def _kill_test(kafka: KafkaConfig, articles: int, kills: int, work: Path) -> dict[str, Any]:
+    topics = Topics(f"{h.fresh_name('contentkill')}.")
+    pages = simweb.crawl(seed=21, articles=articles)
+    h.create_topics(kafka, [topics.fetched_pages], 4)
+    h.produce(kafka, topics.fetched_pages, ((p.url.encode(), orjson.dumps(p.record)) for p in pages))
+    command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", PYTHON, "-m", "streams",
+               "content-seen", "--topic-prefix", topics.prefix, "--app-id", "kill", "--worker-id", "w0",
+               "--state-dir", str(work / "kill-state"), "--shards", "4", "--batch-max-messages", "100"]
+    group = topics.group("kill", "content-seen")
+
+    def verdicts() -> list[dict[str, Any]]:
+        return [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.page_verdicts)]
+
+    report = h.run_with_kills(command, lambda: h.committed_total(kafka, group, topics.fetched_pages, 4),
+                              len(pages), kills, work / "kill.log", timeout_s=1800,
+                              done=lambda: len(verdicts()) >= len(pages))
+    found = verdicts()
+    counts = Counter(v["url"] for v in found)
+    unique = {v["url"] for v in found if v["verdict"] == "unique"}
+    clusters: dict[str, set[str]] = {}
+    for page in pages:
+        clusters.setdefault(page.article, set()).add(page.url)
+    return {"pages": len(pages), "kills": report.kills, "restarts": report.restarts,
+            "lost": len({p.url for p in pages} - counts.keys()),
+            "doubled": sum(1 for n in counts.values() if n > 1),
+            "clusters": len(clusters), "clusters_without_unique": sum(1 for m in clusters.values()
+                                                                       if not m & unique),
+            "duplicates_found": sum(1 for v in found if v["verdict"] == "duplicate"),
+            "copies_planted": sum(1 for p in pages if p.copy_of is not None)}
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    lines = [f"Command: `{meta['command']}` ({meta['date']}); {meta['pages']:,} pages from the shared corpus "
+             f"({meta['corpus_pages']} HTML pages, {meta['too_large']} over {MAX_RECORD_BYTES:,} bytes left out), "
+             f"{PARTITIONS} partitions and shards.", "",
+             "| run | pages | seconds | pages/s |", "|---|---:|---:|---:|"]
+    lines += [f"| {r['name']} | {r['records']:,} | {r['seconds']} | {r['pages_per_s']:,} |" for r in results["rates"]]
+    lines += ["", "| fingerprints stored | tables | µs per lookup | candidates per lookup | planted near "
+              "copies found | disk bytes per fingerprint | build s |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['stored']:,} | {r['tables']} | {r['us_per_lookup']} | {r['candidates_per_lookup']} | "
+              f"{r['planted_found']:,} / {r['planted']:,} | {r['disk_bytes_per_fingerprint']} | {r['build_s']} |"
+              for r in results["lookup"]]
+    kill = results.get("kill")
+    if kill:
+        lines += ["", f"SIGKILLs: {kill['kills']} over {kill['pages']:,} pages (all produced at once): "
+                  f"{kill['lost']} verdicts lost, {kill['doubled']} doubled; {kill['clusters_without_unique']} of "
+                  f"{kill['clusters']} clusters without a unique member; {kill['duplicates_found']} of "
+                  f"{kill['copies_planted']} planted copies found while racing their originals."]
+    return "\n".join(lines) + "\n"
+
+
+def _checks(results: dict[str, Any]) -> list[str]:
+    failed = []
+    kafka_rate = results["rates"][0]["pages_per_s"] or 0
+    if kafka_rate < 300:
+        failed.append(f"{kafka_rate} pages/s per worker, under 300")
+    lookups = results["lookup"]
+    if lookups and lookups[-1]["us_per_lookup"] > 2 * lookups[0]["us_per_lookup"]:
+        failed.append("lookup time at the largest size is over twice that at the smallest")
+    failed += [f"{r['stored']}: planted near copies missed" for r in lookups if r["planted_found"] != r["planted"]]
+    kill = results.get("kill")
+    if kill and (kill["lost"], kill["doubled"], kill["clusters_without_unique"]) != (0, 0, 0):
+        failed.append(f"SIGKILL run: {kill}")
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=3000)
+    parser.add_argument("--lookup-sizes", default="100000,1000000,10000000")
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--kill-articles", type=int, default=400)
+    args = parser.parse_args(argv)
+    if not CORPUS.exists():
+        print(f"the shared corpus is not at {CORPUS}: nothing to measure", file=sys.stderr)
+        return 2
+    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
+    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    work = Path(tempfile.mkdtemp(prefix="content-bench-"))
+    values, too_large = corpus_records(args.pages)
+    rates = [_kafka_rate(kafka, values, work), _offline_rate(values, work), _analysis_rate(values)]
+    sizes = [int(size) for size in args.lookup_sizes.split(",") if size]
+    results: dict[str, Any] = {
+        "meta": {"command": "python -m bench.content_bench " + " ".join(argv or sys.argv[1:]),
+                 "date": time.strftime("%Y-%m-%d"), "pages": len(values), "too_large": too_large,
+                 "corpus_pages": len(corpus_files())},
+        "rates": rates,
+        "lookup": content_lookup.measure(sizes, work),
+        "kill": _kill_test(kafka, args.kill_articles, args.kills, work) if args.kills else None,
+    }
+    shutil.rmtree(work, ignore_errors=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "content.json").write_text(json.dumps(results, indent=2))
+    table = _markdown(results)
+    (RESULTS / "content.md").write_text(table)
+    print(table)
+    failed = _checks(results)
+    for failure in failed:
+        print("FAILED:", failure, file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
