@@ -80,7 +80,7 @@ def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path) -> dict[str
     h.produce(kafka, topics.fetched_pages, ((None, value) for value in values))
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", PYTHON, "-m", "streams",
                "content-seen", "--topic-prefix", topics.prefix, "--app-id", "bench", "--worker-id", "w0",
-               "--state-dir", str(work / "state"), "--shards", str(PARTITIONS), "--batch-max-messages", "500"]
+               "--state-dir", str(work / "state"), "--shards", str(PARTITIONS)]
     rate = h.steady_rate("content-seen stage (Kafka, 1 worker)", command, kafka,
                          topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
                          via=topics.shards("bench", "content-seen"), partitions=PARTITIONS, unit="pages")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,7 +125,7 @@ class ContentSeenStage:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
         body = records.body_bytes(record)
-        analysis = analyze_page(record, self.settings)
+        analysis = analyze_page(record, self.settings, body)
         if isinstance(analysis, Skipped):
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
@@ -147,8 +147,9 @@ class ContentSeenStage:
         kind, body = value[:1], value[1:]
         if kind == PROBE:
             return self._probe(key, body, state)
-        if kind == PAGE:
-            state.set(b"p" + key, body)  # the page record precedes its replies in this partition
+        if kind == PAGE:  # committed before any probe was answered, so it precedes its replies here
+            state.set(b"p" + key, body)
+            state.set(b"a" + key, _encode_progress(0, _page_head(body)["tables"], None))
             return []
         if kind == REPLY:
             return self._reply(key, body, state)
@@ -165,26 +166,28 @@ class ContentSeenStage:
         return [Emit(self.state_topic, REPLY + _encode_match(match), order)]
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
-        waiting = state.get(b"p" + order)
-        if waiting is None:
+        """Count a reply; the waiting page is read (it may be large) only once all are in."""
+        progress = state.get(b"a" + order)
+        waiting = state.get(b"p" + order) if progress is not None else None
+        if progress is None or waiting is None:
             raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-        count, best = _decode_progress(state.get(b"a" + order))
+        count, tables, best = _decode_progress(progress)
         count, best = count + 1, _better(best, _decode_match(body))
-        head, record = _decode_page(waiting)
-        if count < head["tables"]:
-            state.set(b"a" + order, _encode_progress(count, best))
+        if count < tables:
+            state.set(b"a" + order, _encode_progress(count, tables, best))
             return []
         state.delete(b"p" + order)
         state.delete(b"a" + order)
-        return self._decide(head, record, best)
+        return self._decide(_page_head(waiting), waiting, best)
 
-    def _decide(self, head: dict[str, Any], record: _LazyRecord, best: Match | None) -> list[Emit]:
+    def _decide(self, head: dict[str, Any], waiting: bytes, best: Match | None) -> list[Emit]:
         url, simhash, digest = head["url"], head["simhash"], head["digest"]
         if best is not None:
             return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,
                                   digest=digest)]
-        unique = records.encode(RecordKind.UNIQUE_PAGE, {**record(), "simhash": simhash, "digest": digest})
+        record = {**_page_record(waiting, head), "simhash": simhash, "digest": digest}
+        unique = records.encode(RecordKind.UNIQUE_PAGE, record)
         return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")),
                 self._verdict(url, "unique", simhash=simhash, digest=digest)]
 
@@ -196,9 +199,6 @@ class ContentSeenStage:
 
 
 # -- page, reply and progress encodings -------------------------------------------------------------
-
-_LazyRecord = Callable[[], dict[str, Any]]
-
 
 def _encode_page(record: dict[str, Any], body: bytes | str, analysis: PageAnalysis, tables: int) -> bytes:
     """The waiting page: what the verdict needs, the record without its body, then the raw body.
@@ -213,23 +213,22 @@ def _encode_page(record: dict[str, Any], body: bytes | str, analysis: PageAnalys
     return orjson.dumps(head) + b"\n" + orjson.dumps(shell) + b"\n" + raw
 
 
-def _decode_page(value: bytes) -> tuple[dict[str, Any], _LazyRecord]:
-    """The head now; the whole record (body re-encoded as it came) only if the page is unique."""
+def _page_head(value: bytes) -> dict[str, Any]:
+    head: dict[str, Any] = orjson.loads(value[:value.index(b"\n")])
+    return head
+
+
+def _page_record(value: bytes, head: dict[str, Any]) -> dict[str, Any]:
+    """The fetched-page record as it came in, the body re-encoded the way it was sent."""
     head_end = value.index(b"\n")
-    head = orjson.loads(value[:head_end])
-
-    def record() -> dict[str, Any]:
-        shell_end = value.index(b"\n", head_end + 1)
-        whole: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
-        raw = value[shell_end + 1:]
-        if head["body"] == "text":
-            whole["body"] = raw.decode("utf-8", "surrogatepass")
-        else:
-            whole["body_base64"] = base64.b64encode(raw).decode("ascii")
-        return whole
-
-    return head, record
-
+    shell_end = value.index(b"\n", head_end + 1)
+    record: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
+    raw = value[shell_end + 1:]
+    if head["body"] == "text":
+        record["body"] = raw.decode("utf-8", "surrogatepass")
+    else:
+        record["body_base64"] = base64.b64encode(raw).decode("ascii")
+    return record
 
 
 def _encode_match(match: Match | None) -> bytes:
@@ -254,11 +253,13 @@ def _better(current: Match | None, found: Match | None) -> Match | None:
     return found if found.rank() < current.rank() else current
 
 
-def _encode_progress(count: int, best: Match | None) -> bytes:
-    return struct.pack(">H", count) + _encode_match(best)
+_PROGRESS = struct.Struct(">HH")
 
 
-def _decode_progress(raw: bytes | None) -> tuple[int, Match | None]:
-    if raw is None:
-        return 0, None
-    return struct.unpack_from(">H", raw)[0], _decode_match(raw[2:])
+def _encode_progress(count: int, tables: int, best: Match | None) -> bytes:
+    return _PROGRESS.pack(count, tables) + _encode_match(best)
+
+
+def _decode_progress(raw: bytes) -> tuple[int, int, Match | None]:
+    count, tables = _PROGRESS.unpack_from(raw)
+    return count, tables, _decode_match(raw[_PROGRESS.size:])

@@ -85,6 +85,9 @@ class Engine:
         self._last_activity = time.monotonic()
         self._consumer = Consumer(self.kafka.consumer(group, **{
             "fetch.max.bytes": 64 * 1024 * 1024,
+            # librdkafka fetches 1 MB per partition per request by default: a handful of fetched
+            # pages. Batches of pages need more per round trip, or the worker waits on fetches.
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "max.poll.interval.ms": 600_000,
             # Static membership (KIP-345): a restarted worker takes its old place at once
             # instead of waiting for the killed member's session to expire.
