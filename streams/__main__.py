@@ -2,4 +2,5 @@
 
 from streams.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # child processes (forkserver) import this module as __mp_main__
+    raise SystemExit(main())

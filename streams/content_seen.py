@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,8 +41,9 @@ from streams.pages import buckets
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.buckets import Entry, Match
 from streams.pages.decode import Skipped
-from streams.pages.simhash import to_hex
+from streams.pages.simhash import from_hex, to_hex
 from streams.records import RecordKind
+from streams.runtime.parallel import ProcessMap
 from streams.runtime.stage import BatchState, Emit, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
@@ -58,6 +60,7 @@ class ContentSeenSettings(PageSettings):
     """Settings of the page stage (``[content_seen]`` in TOML, ``STREAMS_CONTENT_SEEN_*``)."""
 
     max_bucket_entries: int = 64     # a bucket keeps its earliest entries beyond this
+    analysis_processes: int = 0      # child processes analysing pages in parallel (0: in the worker)
 
 
 def fingerprint_space(settings: PageSettings) -> bytes:
@@ -94,6 +97,13 @@ class ContentSeenStage:
         self._design = design_for(self.settings)
         self._design_id = fingerprint_space(self.settings)
         self._checked: set[int] = set()
+        self._prepared: dict[tuple[int | None, int | None], bytes] = {}
+        self._pool: ProcessMap | None = None
+        if self.settings.analysis_processes > 0:
+            context = orjson.dumps({"settings": dataclasses.asdict(self.settings),
+                                    "max_record_bytes": self.max_record_bytes})
+            self._pool = ProcessMap("streams.content_seen:analyze_value", context,
+                                    self.settings.analysis_processes)
 
     # -- shards --------------------------------------------------------------------------------
 
@@ -121,11 +131,25 @@ class ContentSeenStage:
 
     # -- 1. route ------------------------------------------------------------------------------
 
+    def prepare(self, messages: Sequence[Message]) -> None:
+        """Analyse a batch's pages in the child processes, if there are any (``analysis_processes``)."""
+        if self._pool is None or not messages:
+            return
+        results = self._pool.map([message.value() or b"" for message in messages])
+        self._prepared = {(message.partition(), message.offset()): result
+                          for message, result in zip(messages, results, strict=True)}
+
+    def _analyse(self, message: Message, record: dict[str, Any], body: bytes | str) -> PageAnalysis | Skipped:
+        prepared = self._prepared.pop((message.partition(), message.offset()), None)
+        if prepared is None:
+            return analyze_page(record, self.settings, body)
+        return _analysis_from_json(prepared)
+
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
         body = records.body_bytes(record)
-        analysis = analyze_page(record, self.settings, body)
+        analysis = self._analyse(message, record, body)
         if isinstance(analysis, Skipped):
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
@@ -196,6 +220,44 @@ class ContentSeenStage:
             "url": url, "verdict": verdict, "kind": None, "duplicate_of": None, "distance": None,
             "simhash": None, "digest": None, "reason": None, **fields})
         return Emit(self.topics.page_verdicts, value, url.encode("utf-8", "surrogatepass"))
+
+
+# -- the analysis in a child process ----------------------------------------------------------------
+
+
+@functools.cache
+def _child_settings(context: bytes) -> tuple[ContentSeenSettings, int]:
+    loaded = orjson.loads(context)
+    return ContentSeenSettings(**loaded["settings"]), loaded["max_record_bytes"]
+
+
+def analyze_value(context: bytes, value: bytes) -> bytes:
+    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON.
+
+    Never raises: a record the parent will reject anyway, or a failure, is an ``error`` result
+    (the parent decodes the record itself and dead-letters it with the real reason).
+    """
+    settings, max_record_bytes = _child_settings(context)
+    try:
+        record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
+        analysis = analyze_page(record, settings)
+    except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
+        return orjson.dumps({"error": repr(error)})
+    if isinstance(analysis, Skipped):
+        return orjson.dumps({"skipped": analysis.reason})
+    return orjson.dumps({**dataclasses.asdict(analysis), "text_digest": analysis.text_digest.hex(),
+                         "body_digest": analysis.body_digest.hex(), "simhash": to_hex(analysis.simhash)})
+
+
+def _analysis_from_json(raw: bytes) -> PageAnalysis | Skipped:
+    loaded = orjson.loads(raw)
+    if "error" in loaded:
+        raise RecordRejected("processing_error", loaded["error"])
+    if "skipped" in loaded:
+        return Skipped(loaded["skipped"])
+    return PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
+                           "body_digest": bytes.fromhex(loaded["body_digest"]),
+                           "simhash": from_hex(loaded["simhash"])})
 
 
 # -- page, reply and progress encodings -------------------------------------------------------------

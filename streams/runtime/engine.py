@@ -39,7 +39,7 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.recovery import recover
-from streams.runtime.stage import BatchState, Emit, Stage
+from streams.runtime.stage import BatchState, Emit, Preparing, Stage
 from streams.runtime.store import PartitionStore, RocksStore
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,8 @@ class Engine:
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         states: dict[int, BatchState] = {}
         state_topic = self.stage.state_topic
+        if isinstance(self.stage, Preparing):
+            self.stage.prepare([message for message in batch if message.topic() != state_topic])
         for message in batch:
             try:
                 if message.topic() == state_topic:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from streams.runtime.store import PartitionStore
 
@@ -104,4 +104,13 @@ class Stage(Protocol):
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         """Decide on a record of shard ``message.partition()``. May raise RecordRejected."""
+        ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    """A stage that can do the CPU-heavy part of ``route`` for a whole batch at once (in parallel)."""
+
+    def prepare(self, messages: Sequence[Message]) -> None:
+        """Called with a batch's input-topic records before ``route`` sees them one by one."""
         ...
