@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JARS := .kafka/lib/.complete
 
-.PHONY: all venv jars test lint unit bench bench-runtime bench-url demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit bench bench-runtime bench-url bench-content bench-revisit demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -37,7 +37,7 @@ unit: venv
 test: venv jars lint
 	$(PY) -m pytest -m "not slow" -q
 
-bench: bench-runtime bench-url
+bench: bench-runtime bench-url bench-content bench-revisit
 
 bench-runtime: venv jars
 	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent --kill-runtimes confluent --kills 20
@@ -48,6 +48,18 @@ bench-url: venv jars
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench.url_bench
+
+# The page stage: extraction quality, near-duplicate quality beside 1e0ng/simhash and datasketch
+# (from PyPI), then throughput, lookup time and SIGKILLs through Kafka. Needs ../shared/corpus.
+bench-content: venv jars
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
+	$(PY) -m bench.extract_bench
+	$(PY) -m bench.neardup_bench
+	$(PY) -m bench.content_bench
+
+# The revisit policies, closed loop through `revisit --offline` on simulated pages.
+bench-revisit: venv
+	$(PY) -m bench.revisit_sim
 
 demo: venv jars
 	$(PY) -m streams demo
