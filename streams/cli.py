@@ -147,7 +147,8 @@ def _revisit(args: argparse.Namespace) -> int:
 
     return _run_keyed_stage(args, lambda topics, settings: RevisitStage(
         topics, settings.app_id, config.load(RevisitSettings, "revisit", args.config),
-        settings.max_record_bytes), output=lambda topics: topics.revisit_updates,
+        settings.max_record_bytes, 1 if args.offline else settings.shards),
+        output=lambda topics: topics.revisit_updates,
         outputs=lambda topics: [topics.revisit_updates],
         inputs=lambda topics: [topics.fetched_pages])
 
@@ -254,7 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     url_dedup.set_defaults(handler=_url_dedup)
 
     content_seen = commands.add_parser(
-        "content-seen", help="a verdict for every fetched page; unique pages once (exact and near duplicates)")
+        "content-seen", help="a verdict for every fetched page; unique pages once (exact and near copies)")
     _add_worker_options(content_seen)
     content_seen.set_defaults(handler=_content_seen)
 

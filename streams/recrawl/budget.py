@@ -1,0 +1,114 @@
+"""The shard's shared allocation state: its pages' rate histogram, the multiplier, and spend feedback.
+
+The default policy needs one number shared by all pages, the Lagrange multiplier ``mu``
+(:mod:`streams.recrawl.allocation`). Where that state lives in a sharded stage is a real choice;
+here it is per shard, with the shard's share of the budget. The stage is sharded by URL
+fingerprint, so every shard holds an unbiased sample of the pages and finds the same ``mu`` up to
+sampling noise, and no cross-shard coordination (nor a second topic) is needed. A shard of a few
+hundred pages or more is large enough for that noise not to matter.
+
+``mu`` is solved from a histogram of the shard's pages' estimated rates (feed-forward: it predicts
+the spend if every page took its interval at that ``mu``). The prediction misses what it cannot
+see: an interval that varies from fetch to fetch spends ``1 / E[I]``, less than the predicted
+``E[1 / I]``, and per-host or per-type bounds pin some pages. So the realised spend is fed back
+too: the shard counts its re-fetches (exponentially weighted over :data:`SPEND_WINDOW_S`) and,
+once it has watched that long, multiplies the budget it solves for by a correction that creeps
+towards ``budget / realised`` (integral control, gain :data:`CORRECTION_GAIN` per solve, the
+correction kept within :data:`CORRECTION_RANGE` so that fetchers running behind cannot wind it up).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from streams.errors import StateError
+from streams.recrawl.allocation import RATE_BINS, bin_rates_per_s, solve_multiplier
+
+SPEND_WINDOW_S: Final = 2 * 86_400.0
+CORRECTION_GAIN: Final = 0.15
+CORRECTION_RANGE: Final = (0.5, 2.0)
+UNESTIMATED: Final = -1   # a page fetched once, without a rate yet
+NOT_COUNTED: Final = -2   # a page the histogram has not counted yet
+_VERSION: Final = 1
+_HEAD: Final = struct.Struct(">BdIIdddd")
+
+
+@dataclass
+class BudgetState:
+    """Pages per rate bin, ``mu`` (seconds; 0 before the first solve) and the spend feedback."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * RATE_BINS)
+    unestimated: int = 0
+    mu_s: float = 0.0
+    since_solve: int = 0
+    correction: float = 1.0
+    spend_weight: float = 0.0       # re-fetches, each weighted exp(-age / SPEND_WINDOW_S)
+    clock_s: float = 0.0            # time the weight is decayed to
+    started_s: float = math.nan     # first re-fetch seen
+
+    @property
+    def pages(self) -> int:
+        return sum(self.counts) + self.unestimated
+
+    def move(self, old_bin: int, new_bin: int) -> None:
+        """A page leaves ``old_bin`` for ``new_bin`` (bins, or :data:`UNESTIMATED`, :data:`NOT_COUNTED`)."""
+        if old_bin >= 0:
+            self.counts[old_bin] = max(0, self.counts[old_bin] - 1)
+        elif old_bin == UNESTIMATED:
+            self.unestimated = max(0, self.unestimated - 1)
+        if new_bin >= 0:
+            self.counts[new_bin] += 1
+        else:
+            self.unestimated += 1
+        self.since_solve += 1
+
+    def record_refetch(self, now_s: float) -> None:
+        """Count one re-fetch (not a page's first fetch: discovery is not the budget's)."""
+        self.spend_weight = self._decayed(now_s) + 1.0
+        self.clock_s = max(self.clock_s, now_s)
+        if math.isnan(self.started_s):
+            self.started_s = now_s
+
+    def realised_per_s(self, now_s: float) -> float | None:
+        """Re-fetches per second over about the last :data:`SPEND_WINDOW_S`; ``None`` before that long."""
+        if math.isnan(self.started_s) or now_s - self.started_s < SPEND_WINDOW_S:
+            return None
+        exposure_s = SPEND_WINDOW_S * -math.expm1(-(now_s - self.started_s) / SPEND_WINDOW_S)
+        return self._decayed(now_s) / exposure_s
+
+    def _decayed(self, now_s: float) -> float:
+        return self.spend_weight * math.exp(-max(0.0, now_s - self.clock_s) / SPEND_WINDOW_S)
+
+    def solve(self, budget_per_s: float, lo_per_s: float, hi_per_s: float, initial_interval_s: float,
+              now_s: float) -> float:
+        """Update the correction from the realised spend, then re-solve ``mu`` for the histogram."""
+        realised = self.realised_per_s(now_s)
+        if realised is not None and realised > 0:
+            step = (budget_per_s / realised) ** CORRECTION_GAIN
+            self.correction = min(max(self.correction * step, CORRECTION_RANGE[0]), CORRECTION_RANGE[1])
+        counts = np.asarray(self.counts, dtype=np.float64)
+        self.mu_s = solve_multiplier(bin_rates_per_s(), counts, budget_per_s * self.correction, lo_per_s,
+                                     hi_per_s, self.unestimated / initial_interval_s)
+        self.since_solve = 0
+        return self.mu_s
+
+    def encode(self) -> bytes:
+        head = _HEAD.pack(_VERSION, self.mu_s, self.unestimated, self.since_solve, self.correction,
+                          self.spend_weight, self.clock_s, self.started_s)
+        return head + struct.pack(f">{RATE_BINS}I", *self.counts)
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> BudgetState:
+        if raw is None:
+            return cls()
+        if raw[0] != _VERSION or len(raw) != _HEAD.size + 4 * RATE_BINS:
+            raise StateError(f"revisit budget state of format {raw[0]}, {len(raw)} bytes: not readable")
+        _, mu_s, unestimated, since_solve, correction, weight, clock_s, started_s = _HEAD.unpack_from(raw, 0)
+        counts = list(struct.unpack_from(f">{RATE_BINS}I", raw, _HEAD.size))
+        return cls(counts=counts, unestimated=unestimated, mu_s=mu_s, since_solve=since_solve,
+                   correction=correction, spend_weight=weight, clock_s=clock_s, started_s=started_s)

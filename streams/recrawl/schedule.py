@@ -1,0 +1,198 @@
+"""One fetch in, one revisit decision out: the pure step the stage calls for every fetched page.
+
+:func:`apply_fetch` takes what is stored for the URL (or nothing), the fetch, the configuration and
+the shard's allocation state (:class:`~streams.recrawl.budget.BudgetState`, updated in place),
+and returns a :class:`RevisitOutcome`: the history to store, whether the page changed and which
+signal said so, the next interval and fetch time, the rate estimate, and for a HEAD the pre-fetch
+answer. The steps:
+
+1. A HEAD is answered by :func:`~streams.recrawl.prefetch.fetch_needed`. When a full fetch is
+   needed the page is due now and nothing is stored (the full fetch will be compared); when not,
+   the HEAD counts as an unchanged fetch (``head_unchanged``) and goes on like a 304.
+2. :func:`~streams.recrawl.signals.detect_change`. A failed fetch (``fetch_error``) stores nothing
+   and is retried after ``min(interval, error_retry_interval_s)``.
+3. :func:`updated_history`: the stored copy's validators and digests are replaced by the fetch's
+   (kept on a 304 or a HEAD, which carry no body), and the observation (time since the fetch
+   before, changed or not, Last-Modified age) joins the window of the last ``history_fetches``.
+4. The rate is estimated (:func:`~streams.recrawl.estimators.estimate_rate`), the page moves to its
+   rate bin of the shard's budget state, and the policy gives the interval (:mod:`streams.recrawl.policies`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from streams.recrawl.allocation import rate_bin
+from streams.recrawl.budget import NOT_COUNTED, UNESTIMATED, BudgetState
+from streams.recrawl.estimators import estimate_rate
+from streams.recrawl.history import FetchHistory, Observation
+from streams.recrawl.policies import (
+    IntervalBounds,
+    PolicyConfig,
+    bounds_for,
+    default_interval_s,
+    fixed_interval_s,
+    nutch_step,
+    probe_interval_s,
+)
+from streams.recrawl.prefetch import fetch_needed
+from streams.recrawl.signals import ChangeDecision, Fetch, detect_change, http_date_s
+
+_CLOCK_SKEW_S = 60.0      # a Last-Modified this close to the fetch is the response's time, not the page's
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Settings of the pure step (built by :class:`streams.revisit.RevisitSettings`)."""
+
+    policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
+    simhash_threshold: int = 6
+    history_fetches: int = 32
+    error_retry_interval_s: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitOutcome:
+    """The decision for one fetch; ``history`` is what to store (``None``: leave the store as is)."""
+
+    history: FetchHistory | None
+    changed: bool | None
+    signal: str
+    interval_s: float
+    next_fetch_s: float
+    rate_per_s: float | None
+    conditional_headers: dict[str, str]
+    fetch_needed: bool | None = None
+    fetch_needed_reason: str | None = None
+
+
+def apply_fetch(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
+                budget: BudgetState, host: str) -> RevisitOutcome:
+    """Decide on one fetch (module docstring)."""
+    if fetch.method == "HEAD":
+        return _apply_head(previous, fetch, config, budget, host)
+    decision = detect_change(previous, fetch, config.simhash_threshold)
+    if decision.signal == "fetch_error":
+        return _retry(previous, fetch, config, decision)
+    history = updated_history(previous, fetch, decision, config.history_fetches)
+    return _schedule(previous, history, decision, fetch, config, budget, host)
+
+
+def _apply_head(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
+                budget: BudgetState, host: str) -> RevisitOutcome:
+    needed, reason = fetch_needed(previous, fetch.content_length, fetch.last_modified, fetch.etag)
+    if needed or previous is None:
+        interval_s = previous.interval_s if previous is not None else config.policy.initial_interval_s
+        return RevisitOutcome(None, None, "head_changed", interval_s, fetch.fetched_at_s,
+                              previous.rate_per_s if previous is not None else None,
+                              conditional_headers(previous), True, reason)
+    decision = ChangeDecision(False, "head_unchanged")
+    history = updated_history(previous, fetch, decision, config.history_fetches)
+    outcome = _schedule(previous, history, decision, fetch, config, budget, host)
+    return dataclasses.replace(outcome, fetch_needed=False, fetch_needed_reason=reason)
+
+
+def _retry(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
+           decision: ChangeDecision) -> RevisitOutcome:
+    interval_s = config.error_retry_interval_s
+    if previous is not None:
+        interval_s = min(previous.interval_s, interval_s)
+    rate_per_s = previous.rate_per_s if previous is not None else None
+    return RevisitOutcome(None, decision.changed, decision.signal, interval_s,
+                          fetch.fetched_at_s + interval_s, rate_per_s, conditional_headers(previous))
+
+
+def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: ChangeDecision, fetch: Fetch,
+              config: CoreConfig, budget: BudgetState, host: str) -> RevisitOutcome:
+    policy = config.policy
+    bounds = bounds_for(policy, host, history.content_type)
+    rate_per_s = estimate_rate(history)
+    new_bin = rate_bin(rate_per_s) if rate_per_s is not None else UNESTIMATED
+    budget.move(previous.rate_bin if previous is not None else NOT_COUNTED, new_bin)
+    now_s = fetch.fetched_at_s
+    if previous is not None:
+        budget.record_refetch(now_s)
+    if policy.policy == "nutch":
+        interval_s, next_fetch_s = _nutch(policy, bounds, previous, history, decision, now_s)
+    else:
+        if policy.policy == "fixed":
+            interval_s = fixed_interval_s(policy, bounds)
+        else:
+            interval_s = default_interval_s(policy, bounds, rate_per_s, budget, now_s)
+            interval_s = probe_interval_s(history, interval_s, bounds)
+        next_fetch_s = now_s + interval_s
+    stored = dataclasses.replace(history, interval_s=interval_s, rate_per_s=rate_per_s, rate_bin=new_bin)
+    return RevisitOutcome(stored, decision.changed, decision.signal, interval_s, next_fetch_s, rate_per_s,
+                          conditional_headers(stored))
+
+
+def _nutch(policy: PolicyConfig, bounds: IntervalBounds, previous: FetchHistory | None,
+           history: FetchHistory, decision: ChangeDecision, now_s: float) -> tuple[float, float]:
+    interval_s = previous.interval_s if previous is not None else policy.initial_interval_s
+    step = nutch_step(policy, bounds, interval_s, decision.changed, now_s, http_date_s(history.last_modified))
+    return step.interval_s, step.next_fetch_s
+
+
+def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: ChangeDecision,
+                    window: int) -> FetchHistory:
+    """The history after ``fetch`` (step 3 of the module docstring); the interval is set later."""
+    now_s = fetch.fetched_at_s
+    if previous is None:
+        return _with_content(FetchHistory(first_fetch_s=now_s, last_fetch_s=now_s, interval_s=0.0), fetch)
+    observation = _observation(previous, fetch, decision)
+    agree, disagree = _last_modified_votes(previous, fetch, decision)
+    observations = previous.observations
+    if observation is not None:
+        observations = (*observations, observation)[-window:]
+    return dataclasses.replace(
+        _with_content(previous, fetch), last_fetch_s=max(now_s, previous.last_fetch_s),
+        observations=observations,
+        fetches=previous.fetches + 1, changes=previous.changes + (decision.changed is True),
+        lm_agreements=previous.lm_agreements + agree, lm_disagreements=previous.lm_disagreements + disagree)
+
+
+def _with_content(previous: FetchHistory, fetch: Fetch) -> FetchHistory:
+    """A 304 or a HEAD keeps the stored copy (with any fresher validators); a full response replaces it."""
+    if fetch.status == 304 or fetch.method == "HEAD":
+        return dataclasses.replace(previous, etag=fetch.etag or previous.etag,
+                                   last_modified=fetch.last_modified or previous.last_modified)
+    return dataclasses.replace(
+        previous, status=fetch.status, etag=fetch.etag, last_modified=fetch.last_modified,
+        content_type=fetch.content_type or previous.content_type, content_length=fetch.content_length,
+        body_digest=fetch.body_digest, text_digest=fetch.text_digest, simhash=fetch.simhash)
+
+
+def _observation(previous: FetchHistory, fetch: Fetch, decision: ChangeDecision) -> Observation | None:
+    interval_s = fetch.fetched_at_s - previous.last_fetch_s
+    if decision.changed is None or interval_s <= 0:
+        return None
+    age_s = None
+    modified_s = http_date_s(fetch.last_modified) if decision.changed else None
+    if modified_s is not None:
+        age_s = fetch.fetched_at_s - modified_s
+        plausible = _CLOCK_SKEW_S <= age_s <= interval_s + _CLOCK_SKEW_S
+        age_s = min(age_s, interval_s) if plausible else None
+    return Observation(interval_s, decision.changed, age_s)
+
+
+def _last_modified_votes(previous: FetchHistory, fetch: Fetch, decision: ChangeDecision) -> tuple[int, int]:
+    """(agreement, disagreement): did Last-Modified move exactly when the content changed?"""
+    fetched_s = http_date_s(fetch.last_modified)
+    stored_s = http_date_s(previous.last_modified)
+    if decision.changed is None or fetched_s is None or stored_s is None:
+        return 0, 0
+    if abs(fetch.fetched_at_s - fetched_s) < _CLOCK_SKEW_S:
+        return 0, 1   # the time of the response, not of the page's last change
+    moved = fetched_s != stored_s
+    return (1, 0) if moved == decision.changed else (0, 1)
+
+
+def conditional_headers(history: FetchHistory | None) -> dict[str, str]:
+    """Request headers that make the next fetch conditional (RFC 9110 sections 13.1.2 and 13.1.3)."""
+    headers: dict[str, str] = {}
+    if history is not None and history.etag:
+        headers["If-None-Match"] = history.etag
+    if history is not None and history.last_modified:
+        headers["If-Modified-Since"] = history.last_modified
+    return headers

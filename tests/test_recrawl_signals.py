@@ -1,0 +1,112 @@
+"""Change signals: one case per signal, in the order of evidence of streams.recrawl.signals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.recrawl.history import FetchHistory
+from streams.recrawl.signals import ChangeDecision, Fetch, detect_change, etags_match_weakly, http_date_s
+
+DAY = 86_400.0
+A, B = b"a" * 16, b"b" * 16
+TEXT_A, TEXT_B = b"t" * 16, b"u" * 16
+MONDAY = "Mon, 06 May 2024 08:00:00 GMT"
+TUESDAY = "Tue, 07 May 2024 08:00:00 GMT"
+
+STORED = FetchHistory(first_fetch_s=0.0, last_fetch_s=0.0, interval_s=DAY, status=200, etag='"v1"',
+                      last_modified=MONDAY, content_length=1000, body_digest=A, text_digest=TEXT_A,
+                      simhash=0b1111)
+HEADERS_ONLY = dataclasses.replace(STORED, body_digest=None, text_digest=None, simhash=None)
+
+
+def fetch(**fields: object) -> Fetch:
+    values: dict[str, object] = {"fetched_at_s": DAY, "status": 200, "etag": '"v1"', "last_modified": MONDAY,
+                                 "content_length": 1000, "body_digest": A, "text_digest": TEXT_A,
+                                 "simhash": 0b1111}
+    values.update(fields)
+    return Fetch(**values)  # type: ignore[arg-type]
+
+
+def no_body(**fields: object) -> Fetch:
+    return fetch(body_digest=None, text_digest=None, simhash=None, **fields)
+
+
+CASES = [
+    ("first fetch", None, fetch(), ChangeDecision(None, "first_fetch")),
+    ("no response", STORED, fetch(status=None), ChangeDecision(None, "fetch_error")),
+    ("server error", STORED, fetch(status=503), ChangeDecision(None, "fetch_error")),
+    ("throttled", STORED, fetch(status=429), ChangeDecision(None, "fetch_error")),
+    ("304, digest unchanged", STORED, no_body(status=304), ChangeDecision(False, "not_modified")),
+    ("page became a 404", STORED, no_body(status=404), ChangeDecision(True, "status")),
+    ("still a 404", dataclasses.replace(HEADERS_ONLY, status=404), no_body(status=404),
+     ChangeDecision(False, "status")),
+    ("same bytes, new ETag (load balancer)", STORED, fetch(etag='"v2"', last_modified=TUESDAY),
+     ChangeDecision(False, "digest")),
+    ("counter in the footer only", STORED, fetch(body_digest=B), ChangeDecision(False, "text_digest")),
+    ("trivial change under the SimHash threshold", STORED,
+     fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1000), ChangeDecision(False, "simhash_trivial")),
+    ("real change over the SimHash threshold", STORED,
+     fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 << 20), ChangeDecision(True, "simhash")),
+    ("text changed, no SimHash", dataclasses.replace(STORED, simhash=None),
+     fetch(body_digest=B, text_digest=TEXT_B, simhash=None), ChangeDecision(True, "text_digest")),
+    ("binary body changed", dataclasses.replace(STORED, text_digest=None, simhash=None),
+     fetch(body_digest=B, text_digest=None, simhash=None), ChangeDecision(True, "digest")),
+    ("ETag change, headers only", HEADERS_ONLY, no_body(etag='"v2"'), ChangeDecision(True, "etag")),
+    ("ETag equal, weak against strong", HEADERS_ONLY, no_body(etag='W/"v1"'), ChangeDecision(False, "etag")),
+    ("Last-Modified only, unchanged", dataclasses.replace(HEADERS_ONLY, etag=None), no_body(etag=None),
+     ChangeDecision(False, "last_modified")),
+    ("Last-Modified only, newer", dataclasses.replace(HEADERS_ONLY, etag=None),
+     no_body(etag=None, last_modified=TUESDAY), ChangeDecision(True, "last_modified")),
+    ("Content-Length changed", dataclasses.replace(HEADERS_ONLY, etag=None, last_modified=None),
+     no_body(etag=None, last_modified=None, content_length=999), ChangeDecision(True, "content_length")),
+    ("equal Content-Length proves nothing", dataclasses.replace(HEADERS_ONLY, etag=None, last_modified=None),
+     no_body(etag=None, last_modified=None), ChangeDecision(None, "no_signal")),
+    ("missing headers", dataclasses.replace(HEADERS_ONLY, etag=None, last_modified=None, content_length=None),
+     no_body(etag=None, last_modified=None, content_length=None), ChangeDecision(None, "no_signal")),
+    ("unreadable Last-Modified is ignored", dataclasses.replace(HEADERS_ONLY, etag=None, content_length=None),
+     no_body(etag=None, last_modified="yesterday", content_length=None), ChangeDecision(None, "no_signal")),
+]
+
+
+@pytest.mark.parametrize(("previous", "current", "expected"), [case[1:] for case in CASES],
+                         ids=[case[0] for case in CASES])
+def test_signal(previous: FetchHistory | None, current: Fetch, expected: ChangeDecision) -> None:
+    assert detect_change(previous, current, simhash_threshold=3) == expected
+
+
+def test_threshold_is_inclusive() -> None:
+    three_bits = fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 ^ 0b111 << 10)
+    assert detect_change(STORED, three_bits, 3) == ChangeDecision(False, "simhash_trivial")
+    assert detect_change(STORED, three_bits, 2) == ChangeDecision(True, "simhash")
+
+
+@pytest.mark.parametrize(("a", "b", "weak"), [('"x"', '"x"', True), ('W/"x"', '"x"', True),
+                                              ('W/"x"', 'W/"x"', True), ('"x"', '"y"', False),
+                                              (' "x" ', '"x"', True)])
+def test_weak_etag_comparison(a: str, b: str, weak: bool) -> None:
+    assert etags_match_weakly(a, b) is weak
+
+
+@pytest.mark.parametrize("text", ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                                  "Sun Nov  6 08:49:37 1994"])
+def test_http_date_forms(text: str) -> None:
+    assert http_date_s(text) == 784111777.0
+
+
+@pytest.mark.parametrize("text", [None, "", "garbage", "Sun, 31 Feb 1994 08:49:37 GMT"])
+def test_http_date_unreadable(text: str | None) -> None:
+    assert http_date_s(text) is None
+
+
+@given(st.binary(min_size=16, max_size=16), st.binary(min_size=16, max_size=16),
+       st.integers(0, 2**64 - 1), st.sampled_from([200, 304]), st.integers(0, 63))
+def test_an_identical_fetch_is_never_a_change(body: bytes, text: bytes, simhash: int, status: int,
+                                              threshold: int) -> None:
+    stored = dataclasses.replace(STORED, body_digest=body, text_digest=text, simhash=simhash)
+    same = fetch(status=status, body_digest=body, text_digest=text, simhash=simhash)
+    decision = detect_change(stored, same, threshold)
+    assert decision.changed is False
