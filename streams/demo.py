@@ -1,40 +1,46 @@
-"""``make demo`` / ``python -m streams demo``: the URL stage end to end on a real broker.
+"""``make demo`` / ``python -m streams demo``: the three stages end to end on a real broker.
 
 What it does, in order, and prints as it goes:
 
 1. starts the local single-node KRaft broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` names a cluster);
-2. writes a generated frontier to a fresh ``demo-<time>.frontier`` topic: URLs discovered on a few
-   hosts, most of them discovered many times over, plus malformed records (broken JSON, a number
-   where the URL should be, a record without ``url``, a URL without a host);
-3. runs the url-dedup stage as its own worker process until the frontier is drained;
-4. reads the outputs back with read_committed and prints a summary: records in, new URLs out
-   (which must equal the distinct URLs planted), dead letters by reason;
-5. stops the worker and the broker it started, and deletes its state directory.
-
-The content_seen and revisit stages join the demo when their issues land.
+2. starts the three stages as separate worker processes (url-dedup, content-seen, revisit) on fresh
+   ``demo-<time>.*`` topics;
+3. replays a generated crawl: a frontier of URLs discovered many times over, spelled in several
+   ways, with malformed records; then fetched pages from a simulated web (streams/simweb.py):
+   originals in English, Chinese and Japanese (GB18030, Big5, Shift_JIS, EUC-JP), mirrors of them
+   on other hosts inside other templates, near copies, then a day later every original fetched
+   again, half of them changed; and malformed page records;
+4. waits until every stage has drained its input, printing each stage's progress;
+5. reads the outputs back with read_committed and prints a summary against what was planted;
+6. stops the workers and the broker it started, and deletes its state directory.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from streams import config, kafka_local
+from streams import config, kafka_local, simweb
 from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
 
 HOSTS = ["news.example", "shop.example", "blog.example", "wiki.example", "forum.example"]
 MALFORMED = [b'{"url": "http://news.example/broken', b'{"url": 42}',
              b'{"source_url": "http://x.example/"}', b'{"url": "not a url at all"}']
+MALFORMED_PAGES = [b"{not json", b'{"url": 7}', b'{"url": "https://x.example/", "status": "200"}']
+STAGES = ("url-dedup", "content-seen", "revisit")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,32 @@ def generate(distinct: int = 5_000, repeats: int = 15_000, seed: int = 1) -> Pla
     return PlantedCrawl(records, distinct, len(malformed))
 
 
+def _workers(kafka: KafkaConfig, topics: Topics, state: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers}
+    return [subprocess.Popen([sys.executable, "-m", "streams", stage, "--topic-prefix", topics.prefix,
+                              "--app-id", "demo", "--worker-id", f"{stage}-0", "--state-dir", state,
+                              "--shards", "4"], env=env, cwd=Path(__file__).resolve().parent.parent)
+            for stage in STAGES]
+
+
+def _count(kafka: KafkaConfig, topic: str) -> int:
+    return sum(1 for _ in read_to_end(kafka, topic))
+
+
+def _wait(label: str, done: Callable[[], int], target: int, timeout_s: float = 240) -> None:
+    began = time.monotonic()
+    while (value := done()) < target:
+        print(f"   {label}: {value:,} / {target:,} ({time.monotonic() - began:.0f} s)", flush=True)
+        if time.monotonic() - began > timeout_s:
+            raise TimeoutError(f"{label}: {value} of {target} after {timeout_s} s")
+        time.sleep(2)
+    print(f"   {label}: {target:,} / {target:,} done in {time.monotonic() - began:.0f} s", flush=True)
+
+
+def _read(kafka: KafkaConfig, topic: str) -> list[dict[str, Any]]:
+    return [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topic)]
+
+
 def run() -> int:
     external = config.bootstrap_servers()
     broker = kafka_local.LocalBroker()
@@ -66,32 +98,78 @@ def run() -> int:
     print("1. broker:", address, "(started by the demo)" if started_here else "")
     kafka = KafkaConfig(external or broker.bootstrap, config.kafka_client_settings())
     topics = Topics(f"demo-{time.strftime('%H%M%S')}.")
-    crawl = generate()
-    ensure_topics(kafka, [TopicSpec(topics.frontier, 4)])
-    produce_all(kafka, topics.frontier, ((None, value) for value in crawl.records))
-    print(f"2. frontier: {len(crawl.records):,} records -> {topics.frontier} "
-          f"({crawl.distinct_urls:,} distinct URLs, {crawl.malformed} malformed)")
+    ensure_topics(kafka, [TopicSpec(topics.frontier, 4), TopicSpec(topics.fetched_pages, 4)])
     with tempfile.TemporaryDirectory(prefix="demo-state-") as state:
-        began = time.monotonic()
-        worker = subprocess.run(
-            [sys.executable, "-m", "streams", "url-dedup", "--topic-prefix", topics.prefix,
-             "--app-id", "demo", "--worker-id", "demo-0", "--state-dir", state, "--shards", "4",
-             "--idle-exit-s", "3"],
-            env={**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers},
-            cwd=Path(__file__).resolve().parent.parent, check=False)
-        print(f"3. url-dedup worker drained the frontier in {time.monotonic() - began:.1f} s "
-              f"(exit {worker.returncode})")
-    new_urls = list(read_to_end(kafka, topics.new_urls))
-    letters = read_to_end(kafka, topics.dead_letters)
-    reasons = Counter(orjson.loads(m.value() or b"{}")["reason"] for m in letters)
-    ok = len(new_urls) == crawl.distinct_urls and sum(reasons.values()) == crawl.malformed
-    print("4. summary (read_committed):")
-    print(f"   URLs in            {len(crawl.records) - crawl.malformed:>8,}")
-    print(f"   new URLs out       {len(new_urls):>8,}   planted distinct: {crawl.distinct_urls:,}")
-    by_reason = ", ".join(f"{reason}: {count}" for reason, count in sorted(reasons.items()))
-    print(f"   dead letters       {sum(reasons.values()):>8,}   {by_reason}")
+        workers = _workers(kafka, topics, state)
+        print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)})")
+        try:
+            ok = _replay_and_summarise(kafka, topics)
+        finally:
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(30)
+            print("6. stopped the workers" + (" and the broker the demo started" if started_here else ""))
+            if started_here:
+                kafka_local.stop(broker)
+    return 0 if ok else 1
+
+
+def _replay_and_summarise(kafka: KafkaConfig, topics: Topics) -> bool:
+    crawl = generate()
+    rng = random.Random(2)
+    pages = simweb.crawl(seed=2, articles=60)
+    first = [p for p in pages if p.kind == "original"]
+    later = [p for p in pages if p.kind != "original"] + simweb.refetches(rng, first)
+    print(f"3. replay: {len(crawl.records):,} frontier records ({crawl.distinct_urls:,} distinct URLs, "
+          f"{crawl.malformed} malformed); {len(pages) + len(later) - len(first):,} fetched pages "
+          f"({len(first)} originals first, then mirrors, near copies and refetches; "
+          f"{len(MALFORMED_PAGES)} malformed)")
+    produce_all(kafka, topics.frontier, ((None, value) for value in crawl.records))
+    produce_all(kafka, topics.fetched_pages, ((p.url.encode(), orjson.dumps(p.record)) for p in first))
+    print("4. progress (read_committed):")
+    _wait("page verdicts, originals", lambda: _count(kafka, topics.page_verdicts), len(first))
+    produce_all(kafka, topics.fetched_pages, [(p.url.encode(), orjson.dumps(p.record)) for p in later]
+                + [(None, bad) for bad in MALFORMED_PAGES])
+    _wait("new URLs", lambda: _count(kafka, topics.new_urls), crawl.distinct_urls)
+    _wait("page verdicts", lambda: _count(kafka, topics.page_verdicts), len(first) + len(later))
+    _wait("revisit updates", lambda: _count(kafka, topics.revisit_updates), len(first) + len(later))
+    return _summary(kafka, topics, crawl, first + later)
+
+
+def _summary(kafka: KafkaConfig, topics: Topics, crawl: PlantedCrawl,
+             pages: list[simweb.PlantedPage]) -> bool:
+    new_urls = _count(kafka, topics.new_urls)
+    verdicts = _read(kafka, topics.page_verdicts)
+    updates = _read(kafka, topics.revisit_updates)
+    letters = Counter((d["stage"], d["reason"]) for d in _read(kafka, topics.dead_letters))
+    kinds = Counter(v["kind"] or v["verdict"] for v in verdicts)
+    planted = Counter(p.kind for p in pages)
+    mirrors_found = sum(1 for v in verdicts if v["kind"] == "exact" and "/mirror/" in v["url"])
+    changed = Counter(str(u["changed"]) for u in updates)
+    truth = Counter(str(p.extra["changed"]) for p in pages if p.kind == "refetch")
+    intervals_h = sorted(u["interval_s"] / 3600 for u in updates)
+    print("5. summary (read_committed):")
+    print(f"   URLs in               {len(crawl.records) - crawl.malformed:>8,}")
+    print(f"   new URLs out          {new_urls:>8,}   planted distinct: {crawl.distinct_urls:,}")
+    print(f"   pages in              {len(pages):>8,}   {dict(planted)}")
+    print(f"   unique pages          {kinds['unique']:>8,}   originals and changed refetches: "
+          f"{planted['original'] + truth['True']:,}")
+    print(f"   exact duplicates      {kinds['exact']:>8,}   mirrors found {mirrors_found} of "
+          f"{planted['mirror']}, unchanged refetches planted {truth['False']}")
+    print(f"   near duplicates       {kinds['near']:>8,}   near copies planted {planted['near']}")
+    print(f"   revisit updates       {len(updates):>8,}   changed: {changed['True']}, unchanged: "
+          f"{changed['False']}, first fetch: {changed['None']} (planted changes {truth['True']})")
+    print(f"   revisit interval (h)  min {intervals_h[0]:.1f}, median {statistics.median(intervals_h):.1f}, "
+          f"max {intervals_h[-1]:.1f}")
+    by_reason = ", ".join(f"{stage} {reason}: {n}" for (stage, reason), n in sorted(letters.items()))
+    print(f"   dead letters          {sum(letters.values()):>8,}   {by_reason}")
+    ok = (new_urls == crawl.distinct_urls and len(verdicts) == len(pages) and len(updates) == len(pages)
+          and mirrors_found == planted["mirror"] and changed["True"] == truth["True"]
+          and kinds["unique"] == planted["original"] + truth["True"]
+          and kinds["exact"] == planted["mirror"] + truth["False"] and kinds["near"] == planted["near"]
+          and sum(n for (stage, _), n in letters.items() if stage == "url-dedup") == crawl.malformed
+          and all(sum(n for (s, _), n in letters.items() if s == stage) == len(MALFORMED_PAGES)
+                  for stage in ("content-seen", "revisit")))
     print("   counts match what was planted" if ok else "   MISMATCH against what was planted")
-    if started_here:
-        kafka_local.stop(broker)
-        print("5. stopped the broker the demo started")
-    return 0 if ok and worker.returncode == 0 else 1
+    return ok

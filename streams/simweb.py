@@ -19,6 +19,7 @@ The planted truth (:class:`PlantedPage`) says which earlier page each page copie
 from __future__ import annotations
 
 import base64
+import itertools
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,7 +38,20 @@ _EN_WORDS = (
     "build opened closed announced said reported found showed began moved grew fell rose signed "
     "new old first last early late major local national public private central northern southern"
 )
-_EN = tuple(_EN_WORDS.split())
+_SYLLABLES = tuple(c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ou", "ea"))
+
+
+def _vocabulary(size: int = 4000, seed: int = 7) -> tuple[str, ...]:
+    """Common English words first, then pronounceable made-up words: a vocabulary with a long tail."""
+    rng = random.Random(seed)
+    made_up = {"".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(size)}
+    return tuple(_EN_WORDS.split()) + tuple(sorted(made_up))
+
+
+_EN = _vocabulary()
+# Word frequencies follow Zipf's law (weight 1/rank), as in real text, so copies and different
+# articles share words about as much as real pages do.
+_EN_WEIGHTS = tuple(itertools.accumulate(1.0 / rank for rank in range(1, len(_EN) + 1)))
 _ZH = (
     "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说"
     "产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使"
@@ -81,9 +95,9 @@ class PlantedPage:
 
 def _sentence(rng: random.Random, lang: str) -> str:
     if lang == "en":
-        words = [rng.choice(_EN) for _ in range(rng.randint(8, 18))]
+        words = rng.choices(_EN, cum_weights=_EN_WEIGHTS, k=rng.randint(8, 18))
         return " ".join(words).capitalize() + "."
-    alphabet = _ZH if lang == "zh" else _JA
+    alphabet = _ZH if lang == "zh" else _JA + _ZH[:200]  # kana and kanji
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(15, 40))) + "。"
 
 
@@ -105,7 +119,7 @@ def edited(rng: random.Random, original: Article, changed_words: int = 2) -> Art
         index = rng.randrange(len(paragraphs))
         if original.lang == "en":
             words = paragraphs[index].split()
-            words[rng.randrange(len(words))] = rng.choice(_EN)
+            words[rng.randrange(len(words))] = rng.choices(_EN, cum_weights=_EN_WEIGHTS)[0]
             paragraphs[index] = " ".join(words)
         else:
             text = paragraphs[index]
@@ -123,7 +137,8 @@ def render(page_site: Site, item: Article, path: str, charset: str = "utf-8",
     paragraphs = "".join(f"<p>{text}</p>" for text in item.paragraphs)
     meta = f'<meta charset="{charset}">' if meta_charset else ""
     return (f"<!DOCTYPE html><html lang=\"{item.lang}\"><head>{meta}<title>{item.title} | {page_site.name}"
-            f"</title></head><body><header><nav><a href=\"/\">{page_site.name}</a><ul>{links}</ul></nav></header>"
+            f"</title></head><body><header><nav><a href=\"/\">{page_site.name}</a><ul>{links}</ul></nav>"
+            "</header>"
             f"<main><article><h2>{item.title}</h2>{paragraphs}</article></main>"
             f"<aside><h3>{page_site.nav[0]}</h3><ul>{links[:400]}</ul></aside>"
             f"<footer><p>{page_site.name} {path} &copy; 2026. {' '.join(page_site.nav[:6])}</p></footer>"
@@ -156,7 +171,7 @@ def crawl(seed: int = 1, articles: int = 60, start: datetime | None = None) -> l
         url = f"https://{home.host}/news/{number}.html"
         clock += timedelta(seconds=1)
         html = render(home, item, url, charset)
-        pages.append(PlantedPage(url, fetched(url, html, clock, charset), item.key))
+        pages.append(PlantedPage(url, fetched(url, html, clock, charset), item.key, extra={"lang": lang}))
         later = clock + timedelta(hours=1)
         mirror_url = f"https://{mirror_site.host}/mirror/{number}.html"
         mirror_charset = rng.choice(_ENCODINGS[lang])
@@ -169,3 +184,38 @@ def crawl(seed: int = 1, articles: int = 60, start: datetime | None = None) -> l
             pages.append(PlantedPage(near_url, fetched(near_url, near, later + timedelta(minutes=5)),
                                      item.key, url, "near"))
     return sorted(pages, key=lambda page: page.record["fetched_at"])
+
+
+def refetches(rng: random.Random, pages: list[PlantedPage],
+              after: timedelta = timedelta(days=1)) -> list[PlantedPage]:
+    """Every original fetched again ``after`` later: half unchanged, half rewritten (half its paragraphs).
+
+    ``extra["changed"]`` is the truth for the revisit stage; an unchanged refetch is a copy of its
+    own earlier fetch for the page stage.
+    """
+    out = []
+    for page in pages:
+        if page.kind != "original":
+            continue
+        body = base64.b64decode(page.record["body_base64"])
+        changed = rng.random() < 0.5
+        if changed:
+            body = _rewrite_half(rng, body, page.extra.get("lang", "en"),
+                                 page.record["content_type"].partition("charset=")[2] or "utf-8")
+        when = records.parse_rfc3339(page.record["fetched_at"]) + after
+        record = {**page.record, "body_base64": base64.b64encode(body).decode("ascii"),
+                  "fetched_at": records.rfc3339(when)}
+        out.append(PlantedPage(page.url, record, page.article, None if changed else page.url, "refetch",
+                               {"changed": changed}))
+    return out
+
+
+def _rewrite_half(rng: random.Random, body: bytes, lang: str, charset: str) -> bytes:
+    """The page with the first half of its article's paragraphs replaced by new ones."""
+    html = body.decode(charset, "replace")
+    head, _, rest = html.partition("<article>")
+    article_html, _, tail = rest.partition("</article>")
+    parts = article_html.split("<p>")
+    for index in range(1, 1 + (len(parts) - 1) // 2):
+        parts[index] = " ".join(_sentence(rng, lang) for _ in range(4)) + "</p>"
+    return (head + "<article>" + "<p>".join(parts) + "</article>" + tail).encode(charset, "xmlcharrefreplace")

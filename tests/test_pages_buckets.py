@@ -47,8 +47,9 @@ PAGE = entry(10, 0b1111, "https://b.example/x", b"p" * 16)
     ([], None),
     # later entries are never the original of an earlier page
     ([entry(11, 0b1111, "https://a.example/")], None),
-    # the same URL is a refetch, not a copy
-    ([entry(1, 0b1111, "https://b.example/x")], None),
+    # an unchanged refetch of the same URL is a copy of its earlier fetch
+    ([entry(1, 0b1111, "https://b.example/x")], Match(buckets.order_key(1, 0, 0), "https://b.example/x", 0,
+                                                      False)),
     # over the threshold (4 bits)
     ([entry(1, 0b1111 ^ 0b1111 << 8, "https://a.example/")], None),
     # within the threshold

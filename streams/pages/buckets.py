@@ -80,12 +80,12 @@ def encode_bucket(entries: list[Entry]) -> bytes:
 def best_match(bucket: list[Entry], page: Entry, hamming_threshold: int) -> Match | None:
     """The best *earlier* entry within ``hamming_threshold`` bits of ``page``, if any.
 
-    Entries of the same URL are skipped: a refetch of one URL is a new version of that page (the
-    revisit stage's business), not a copy of another page.
+    An earlier fetch of the same URL counts like any other page: an unchanged refetch is reported
+    as a copy of its own earlier fetch, so its content is not passed on as new a second time.
     """
     best: Match | None = None
     for entry in bucket:
-        if entry.order >= page.order or entry.url == page.url:
+        if entry.order >= page.order:
             continue
         distance = (entry.simhash ^ page.simhash).bit_count()
         if distance > hamming_threshold:
