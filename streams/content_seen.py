@@ -41,6 +41,8 @@ from streams.pages import buckets
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.buckets import Entry, Match
 from streams.pages.decode import Skipped
+from streams.pages.extract import EXTRACTION_VERSION
+from streams.pages.features import FEATURES_VERSION
 from streams.pages.simhash import from_hex, to_hex
 from streams.records import RecordKind
 from streams.runtime.parallel import ProcessMap
@@ -64,8 +66,10 @@ class ContentSeenSettings(PageSettings):
 
 
 def fingerprint_space(settings: PageSettings) -> bytes:
-    """What the stored fingerprints and table keys depend on: every page-analysis setting."""
-    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(PageSettings)}
+    """What the stored fingerprints and table keys depend on: every page-analysis setting, and the
+    versions of the main-text extraction and of the features (bumped when their output changes)."""
+    fields: dict[str, object] = {f.name: getattr(settings, f.name) for f in dataclasses.fields(PageSettings)}
+    fields.update(extraction_version=EXTRACTION_VERSION, features_version=FEATURES_VERSION)
     return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
 
 

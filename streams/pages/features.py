@@ -1,0 +1,239 @@
+"""Weighted text features for SimHash: Unicode word tokens, shingled, hashed to 64 bits, in numpy.
+
+SimHash (Charikar 2002, "Similarity estimation techniques from rounding algorithms") needs a set of
+features with weights; near-duplicate web pages are found by comparing shingles, runs of ``n``
+consecutive tokens (Broder, Glassman, Manasse, Zweig 1997, "Syntactic clustering of the Web").
+
+Tokens (``FEATURES_VERSION`` 1):
+
+* Text is folded one code point at a time: NFKC then case folding, kept only when the result is a
+  single code point (so full-width ``Ａ`` is ``a`` and half-width ``ｶ`` is ``カ``; ``ß`` stays).
+* A *word* is a maximal run of letters, marks and numbers (Unicode general categories L, M, N;
+  marks are included so Devanagari or Thai words do not break at vowel signs). Everything else
+  separates words.
+* Scripts written without spaces between words (Han, Hiragana, Katakana, Bopomofo, Thai, Lao,
+  Khmer, Myanmar) are cut into overlapping character n-grams (``cjk_ngram_chars``, 2 by default:
+  bigrams are the usual unit for Chinese and Japanese retrieval without a segmenter), a run shorter
+  than ``n`` being one token. Hangul is written with spaces and is tokenised as words.
+
+A token's hash is a polynomial over its code points modulo 2^64, finished with MurmurHash3's 64-bit
+finaliser (Appleby, ``fmix64``); a shingle's hash combines its tokens' hashes the same way. All of
+it runs as whole-array numpy operations, because Python work per token would dominate: on 9 KB
+article texts (this machine), ``re.findall(r"\\w+")`` alone costs
+about 330 µs and one ``mmh3.hash64`` call per token 130 µs more, while this module and the SimHash
+take a median 170-270 µs on the 5-20 KB texts of the labelled set (bench/results/neardup.md).
+The polynomial is not collision resistant against a chosen input; an adversary who makes two
+tokens collide merges two features of one page, which moves its SimHash by little.
+
+Weights: the shingle's term frequency (``weighting="tf"``, the default). On the labelled set of
+bench/neardup_set.py it found more near-duplicates than ``1 + floor(log2(tf))`` (``"log_tf"``,
+computed exactly with ``frexp``) or plain presence (``"binary"``), with no false positives for any of
+them (docs/near-duplicates.md has the figures). Weights are integers held as float64, so the
+SimHash sums are exact in any summation order.
+
+Changing anything here changes every fingerprint: bump ``FEATURES_VERSION`` and treat stored
+fingerprints as another space. Character classes come from the running Python's Unicode database
+(:data:`unicodedata.unidata_version`); characters a newer version assigns can tokenise differently.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+FEATURES_VERSION = 1
+DEFAULT_SHINGLE_WORDS = 2
+DEFAULT_CJK_NGRAM_CHARS = 2
+
+Weighting = Literal["log_tf", "tf", "binary"]
+U64Array = npt.NDArray[np.uint64]
+F64Array = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+
+SEPARATOR, WORD, GRAM = 0, 1, 2
+# Scripts written without spaces between words (Unicode block ranges, inclusive).
+NO_SPACE_RANGES = (
+    (0x0E00, 0x0EFF),    # Thai, Lao
+    (0x1000, 0x109F),    # Myanmar
+    (0x1780, 0x17FF),    # Khmer
+    (0x3005, 0x3007),    # ideographic iteration mark, closing mark, number zero
+    (0x3040, 0x30FF),    # Hiragana, Katakana
+    (0x3100, 0x312F),    # Bopomofo
+    (0x31F0, 0x31FF),    # Katakana phonetic extensions
+    (0x3400, 0x4DBF),    # CJK Unified Ideographs Extension A
+    (0x4E00, 0x9FFF),    # CJK Unified Ideographs
+    (0xF900, 0xFAFF),    # CJK Compatibility Ideographs
+    (0x20000, 0x3FFFF),  # Supplementary and Tertiary Ideographic Planes
+)
+_BMP = 0x10000
+_CHAR_MULTIPLIER = np.uint64(0x100000001B3)      # odd (the 64-bit FNV prime)
+_SHINGLE_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd (2^64 / golden ratio)
+_LENGTH_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+_MAX_POWER = 1023  # characters past the 1024th of a token share one multiplier (junk tokens only)
+_POWERS = np.array([pow(int(_CHAR_MULTIPLIER), i, 1 << 64) for i in range(_MAX_POWER + 1)], dtype=np.uint64)
+_EMPTY_U64: U64Array = np.zeros(0, dtype=np.uint64)
+
+
+def feature_hashes(text: str, *, shingle_words: int = DEFAULT_SHINGLE_WORDS,
+                   cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS,
+                   weighting: Weighting = "tf") -> tuple[U64Array, F64Array]:
+    """The distinct shingle hashes of ``text`` (sorted) and their weights, ready for SimHash.
+
+    A text with fewer tokens than ``shingle_words`` is one shingle of all its tokens; a text with
+    no token has no features (both arrays empty).
+    """
+    if shingle_words < 1 or cjk_ngram_chars < 1:
+        raise ValueError("shingle_words and cjk_ngram_chars must be >= 1")
+    shingles = shingle_hashes(token_hashes(text, cjk_ngram_chars=cjk_ngram_chars), shingle_words)
+    features, counts = np.unique(shingles, return_counts=True)
+    return features, _weights(counts, weighting)
+
+
+def token_hashes(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS) -> U64Array:
+    """The 64-bit hash of every token of ``text``, in text order."""
+    starts, ends, codes, kinds = _spans(text, cjk_ngram_chars)
+    if starts.size == 0:
+        return _EMPTY_U64
+    full_grams = (kinds[starts] == GRAM) & (ends - starts == cjk_ngram_chars)
+    hashes = np.empty(starts.size, dtype=np.uint64)
+    hashes[~full_grams] = _segment_hashes(codes, starts[~full_grams], ends[~full_grams])
+    hashes[full_grams] = _gram_hashes(codes, starts[full_grams], cjk_ngram_chars)
+    return hashes
+
+
+def token_spans(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS) -> list[tuple[int, int]]:
+    """Each token as ``(start, end)`` code point offsets into ``text`` (for tests and debugging)."""
+    starts, ends, _, _ = _spans(text, cjk_ngram_chars)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def shingle_hashes(tokens: U64Array, shingle_words: int) -> U64Array:
+    """The hash of every run of ``shingle_words`` consecutive tokens (one run if there are fewer)."""
+    if tokens.size == 0:
+        return _EMPTY_U64
+    width = min(shingle_words, int(tokens.size))
+    count = tokens.size - width + 1
+    combined = tokens[:count].copy()
+    for offset in range(1, width):
+        combined = combined * _SHINGLE_MULTIPLIER + tokens[offset:offset + count]
+    return fmix64(combined)
+
+
+def fmix64(values: U64Array) -> U64Array:
+    """MurmurHash3's 64-bit finaliser (Appleby): every input bit affects every output bit."""
+    values = values ^ (values >> np.uint64(33))
+    values = values * np.uint64(0xFF51AFD7ED558CCD)
+    values = values ^ (values >> np.uint64(33))
+    values = values * np.uint64(0xC4CEB9FE1A85EC53)
+    return values ^ (values >> np.uint64(33))
+
+
+def fold_and_kind(char: str) -> tuple[int, int]:
+    """The folded code point of one character and its kind (``SEPARATOR``, ``WORD`` or ``GRAM``)."""
+    folded = unicodedata.normalize("NFKC", char).casefold()
+    if len(folded) != 1:
+        lowered = char.lower()
+        folded = lowered if len(lowered) == 1 else char
+    code = ord(folded)
+    if unicodedata.category(folded)[0] not in "LMN":
+        return code, SEPARATOR
+    if any(low <= code <= high for low, high in NO_SPACE_RANGES):
+        return code, GRAM
+    return code, WORD
+
+
+# --- internals ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _bmp_tables() -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
+    """Folded code point and kind of every Basic Multilingual Plane code point (built once, ~40 ms)."""
+    folded = np.empty(_BMP, dtype=np.uint32)
+    kinds = np.empty(_BMP, dtype=np.uint8)
+    for code in range(_BMP):
+        folded[code], kinds[code] = fold_and_kind(chr(code))
+    return folded, kinds
+
+
+@functools.lru_cache(maxsize=4096)
+def _astral(code: int) -> tuple[int, int]:
+    return fold_and_kind(chr(code))
+
+
+def _classify(text: str) -> tuple[U64Array, npt.NDArray[np.uint8]]:
+    """Folded code points (as uint64, ready for hashing) and kinds of every character of ``text``."""
+    raw = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    folded_table, kind_table = _bmp_tables()
+    astral = raw >= _BMP
+    if not astral.any():
+        return folded_table[raw].astype(np.uint64), kind_table[raw]
+    clipped = np.where(astral, 0, raw)
+    codes, kinds = folded_table[clipped].astype(np.uint64), kind_table[clipped]
+    for index in np.flatnonzero(astral).tolist():
+        codes[index], kinds[index] = _astral(int(raw[index]))
+    return codes, kinds
+
+
+def _runs(mask: npt.NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
+    """Start and end (exclusive) of each maximal run of True in ``mask``."""
+    edges = np.diff(mask.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
+def _spans(text: str, gram_chars: int) -> tuple[IntArray, IntArray, U64Array, npt.NDArray[np.uint8]]:
+    """Token starts and ends in text order, with the folded codes and kinds they index."""
+    codes, kinds = _classify(text)
+    word_starts, word_ends = _runs(kinds == WORD)
+    if not (kinds == GRAM).any():
+        return word_starts, word_ends, codes, kinds
+    gram_starts, gram_ends = _gram_spans(*_runs(kinds == GRAM), gram_chars)
+    starts = np.concatenate((word_starts, gram_starts))
+    order = np.argsort(starts, kind="stable")
+    return starts[order], np.concatenate((word_ends, gram_ends))[order], codes, kinds
+
+
+def _gram_spans(run_starts: IntArray, run_ends: IntArray, gram_chars: int) -> tuple[IntArray, IntArray]:
+    """Overlapping ``gram_chars``-grams of each run; a shorter run is one span of its own."""
+    lengths = run_ends - run_starts
+    per_run = np.maximum(lengths - gram_chars + 1, 1)
+    run_of_gram = np.repeat(np.arange(run_starts.size), per_run)
+    first_of_run = np.cumsum(per_run) - per_run
+    starts = run_starts[run_of_gram] + (np.arange(run_of_gram.size) - first_of_run[run_of_gram])
+    ends = np.minimum(starts + gram_chars, run_ends[run_of_gram])
+    return starts, ends
+
+
+def _segment_hashes(codes: U64Array, starts: IntArray, ends: IntArray) -> U64Array:
+    """``fmix64(sum(code[s+i] * M^i) + length * L)`` for disjoint spans, by one ``reduceat``."""
+    if starts.size == 0:
+        return _EMPTY_U64
+    lengths = ends - starts
+    firsts = np.cumsum(lengths) - lengths  # where each span begins in the flattened arrays
+    offsets = np.arange(int(lengths.sum())) - np.repeat(firsts, lengths)
+    terms = codes[np.repeat(starts, lengths) + offsets] * _POWERS[np.minimum(offsets, _MAX_POWER)]
+    sums = np.add.reduceat(terms, firsts)
+    return fmix64(sums + lengths.astype(np.uint64) * _LENGTH_MIX)
+
+
+def _gram_hashes(codes: U64Array, starts: IntArray, gram_chars: int) -> U64Array:
+    """The same hash as :func:`_segment_hashes` for overlapping spans of exactly ``gram_chars``."""
+    if starts.size == 0:
+        return _EMPTY_U64
+    sums = codes[starts].copy()
+    for offset in range(1, gram_chars):
+        sums = sums + codes[starts + offset] * _POWERS[offset]
+    return fmix64(sums + np.uint64(gram_chars * int(_LENGTH_MIX) % (1 << 64)))
+
+
+def _weights(counts: npt.NDArray[np.intp], weighting: Weighting) -> F64Array:
+    if weighting == "tf":
+        return counts.astype(np.float64)
+    if weighting == "binary":
+        return np.ones(counts.size, dtype=np.float64)
+    if weighting == "log_tf":
+        return np.frexp(counts.astype(np.float64))[1].astype(np.float64)  # 1 + floor(log2(tf)), exact
+    raise ValueError(f"unknown weighting {weighting!r}")
