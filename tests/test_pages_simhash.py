@@ -70,7 +70,7 @@ def reference_simhash(hashes: list[int], weights: list[float]) -> int:
 
 def test_tokens_of_mixed_scripts() -> None:
     text = "Hello, WORLD! 東京都に行く ２０２４年 ﾃｽﾄ naïve café ภาษาไทย 한국어 문장"
-    assert [text[s:e] for s, e in token_spans(text)] == [
+    assert [text[s:e] for s, e in token_spans(text, cjk_ngram_chars=2)] == [
         "Hello", "WORLD", "東京", "京都", "都に", "に行", "行く", "２０２４", "年", "ﾃｽ", "ｽﾄ",
         "naïve", "café", "ภา", "าษ", "ษา", "าไ", "ไท", "ทย", "한국어", "문장"]
 
@@ -78,7 +78,7 @@ def test_tokens_of_mixed_scripts() -> None:
 def test_folding_makes_case_width_and_compatibility_forms_one_token() -> None:
     assert len(set(token_hashes("Straße STRASSE straße"))) == 2  # ß is kept; ss is another token
     assert len(set(token_hashes("Hello HELLO ｈｅｌｌｏ hello"))) == 1
-    assert len(set(token_hashes("ｶﾀｶﾅ カタカナ"))) == 3  # the same three bigrams, whatever the width
+    assert len(set(token_hashes("ｶﾀｶﾅ カタカナ", cjk_ngram_chars=2))) == 3  # the same three bigrams
 
 
 def test_marks_stay_inside_words() -> None:

@@ -68,8 +68,9 @@ class PageSettings:
       with plain term frequency keep unrelated pages further apart (12 bits) but miss more small
       edits (F1 0.944), and single words with plain term frequency let unrelated pages come within
       2 bits (false positives).
-    * ``cjk_ngram_chars`` (2): characters per token in scripts written without spaces (Chinese,
-      Japanese, Thai...).
+    * ``cjk_ngram_chars`` (3): characters per token in scripts written without spaces (Chinese,
+      Japanese, Thai...): overlapping trigrams, more specific than bigrams as single-token features
+      and as good on the labelled set (CJK recall 0.929 against 0.934 for the other pages).
     * ``min_main_chars`` (200): a main text shorter than this is replaced by the page's full text.
     """
 
@@ -77,7 +78,7 @@ class PageSettings:
     expected_pages: int = 10_000_000
     shingle_words: int = 1
     weighting: Weighting = "log_tf"
-    cjk_ngram_chars: int = 2
+    cjk_ngram_chars: int = 3
     min_main_chars: int = 200
 
     def __post_init__(self) -> None:
