@@ -29,6 +29,7 @@ import orjson
 from streams import records
 from streams.errors import RecordRejected
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, digest
+from streams.pages.features import Weighting
 from streams.records import RecordKind
 from streams.recrawl.budget import BudgetState
 from streams.recrawl.history import decode_history, encode_history
@@ -70,8 +71,12 @@ class RevisitSettings:
     nutch_sync_delta: bool = True              # db.fetch.schedule.adaptive.sync_delta
     nutch_sync_delta_rate: float = 0.3         # db.fetch.schedule.adaptive.sync_delta_rate
     profile: str = "safe"                      # URL canonicalization: the URL stage's profile
-    shingle_words: int = PageSettings.shingle_words       # page features, as the page stage's
-    cjk_ngram_chars: int = PageSettings.cjk_ngram_chars
+    # Change features: 2-word shingles by term frequency. Copies are found with single words (the
+    # page stage's default), but word order matters for "did this page change": the simulation
+    # measured the 6-bit threshold on these (docs/revisit.md).
+    shingle_words: int = 2
+    weighting: Weighting = "tf"
+    cjk_ngram_chars: int = 2
     min_main_chars: int = PageSettings.min_main_chars
 
     def core(self, shards: int) -> CoreConfig:
@@ -92,7 +97,8 @@ class RevisitSettings:
 
     def pages(self) -> PageSettings:
         return PageSettings(hamming_threshold=self.simhash_threshold, shingle_words=self.shingle_words,
-                            cjk_ngram_chars=self.cjk_ngram_chars, min_main_chars=self.min_main_chars)
+                            weighting=self.weighting, cjk_ngram_chars=self.cjk_ngram_chars,
+                            min_main_chars=self.min_main_chars)
 
 
 @dataclass
