@@ -8,7 +8,9 @@ stored fingerprints (1 to k bits flipped, every one must be found), half random 
 
 The store is bulk-built with the same key and entry encodings the stage writes (checked against
 :meth:`BlockDesign.keys` and :class:`Entry.encode` on a sample), grouped per bucket with numpy so
-10^8 entries load in minutes.
+10^8 entries load in minutes, then compacted as a store that grew over time would be (right after
+a bulk load, every read searches dozens of level-0 files: 397 µs per lookup at 10^7 before
+compaction in one run, against 38 µs at 10^5).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def build(path: Path, design: BlockDesign, fingerprints: np.ndarray) -> RocksSto
         assert all(design.keys(int(fingerprints[i]))[table] ==
                    ((table << 8 * (width - 1)) | int(keys[i])).to_bytes(width, "big") for i in sample)
         _write_table(store, table, width, keys, entries)
+    store.compact()  # a shard that grew over time is compacted; a bulk load is not yet
     return store
 
 

@@ -157,6 +157,10 @@ class RocksStore:
                 break
             yield key[len(DATA_PREFIX):], value
 
+    def compact(self) -> None:
+        """Compact the whole store (after a bulk load, so reads do not search many level-0 files)."""
+        self._db.compact_range(None, None)
+
     def close(self) -> None:
         self._db.close()
 
