@@ -112,8 +112,8 @@ def site(rng: random.Random, host: str, lang: str = "en") -> Site:
     return Site(host, host.split(".")[0].title(), nav, lang)
 
 
-def edited(rng: random.Random, original: Article, changed_words: int = 2) -> Article:
-    """A near copy: a few words (or CJK characters) replaced, a small edit."""
+def edited(rng: random.Random, original: Article, changed_words: int = 1) -> Article:
+    """A near copy: a word (or a CJK character) replaced, the smallest edit."""
     paragraphs = list(original.paragraphs)
     for _ in range(changed_words):
         index = rng.randrange(len(paragraphs))
