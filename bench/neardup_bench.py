@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from bench.neardup_baselines import minhashes, run_1e0ng, run_minhash, simhash_1e0ng_on_text
 from bench.neardup_set import CORPUS, LabelledPage, Run, Scores, build_set, score
 from streams.pages.analyze import PageSettings, analyze_page, design_for, digest
 from streams.pages.blocks import BlockIndex, expected_bucket_size, near_matches
@@ -296,6 +295,9 @@ def measure(clusters: int | None, scale_sizes: Sequence[int], grid: bool) -> dic
     texts, extract_s = main_texts(pages, settings)
     end_to_end = run_ours(pages, settings)
     ours, fingerprints = run_ours_on_texts(texts, settings)
+    # the baselines need the bench extra (datasketch, simhash); the test imports this module without it
+    from bench.neardup_baselines import minhashes, run_1e0ng, run_minhash, simhash_1e0ng_on_text
+
     sketches, minhash_s = minhashes(texts)
     runs = [ours, run_1e0ng(texts), *(run_minhash(sketches, t, minhash_s) for t in LSH_THRESHOLDS)]
     runs[1].notes = simhash_1e0ng_on_text(texts)
