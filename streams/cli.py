@@ -137,9 +137,7 @@ def _content_seen(args: argparse.Namespace) -> int:
 
     return _run_keyed_stage(args, lambda topics, settings: ContentSeenStage(
         topics, settings.app_id, config.load(ContentSeenSettings, "content_seen", args.config),
-        settings.max_record_bytes), output=lambda topics: topics.page_verdicts,
-        outputs=lambda topics: [topics.unique_pages, topics.page_verdicts],
-        inputs=lambda topics: [topics.fetched_pages])
+        settings.max_record_bytes), lambda topics: [topics.page_verdicts, topics.unique_pages])
 
 
 def _revisit(args: argparse.Namespace) -> int:
@@ -148,15 +146,15 @@ def _revisit(args: argparse.Namespace) -> int:
     return _run_keyed_stage(args, lambda topics, settings: RevisitStage(
         topics, settings.app_id, config.load(RevisitSettings, "revisit", args.config),
         settings.max_record_bytes, 1 if args.offline else settings.shards),
-        output=lambda topics: topics.revisit_updates,
-        outputs=lambda topics: [topics.revisit_updates],
-        inputs=lambda topics: [topics.fetched_pages])
+        lambda topics: [topics.revisit_updates])
 
 
 def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, config.RuntimeSettings], Stage],
-                     output: Callable[[Topics], str], outputs: Callable[[Topics], list[str]],
-                     inputs: Callable[[Topics], list[str]]) -> int:
-    """Run a stage whose state is a plain RocksDB store per shard, offline or as a worker."""
+                     outputs: Callable[[Topics], list[str]]) -> int:
+    """Run a stage whose state is a plain RocksDB store per shard, offline or as a worker.
+
+    ``outputs`` are the stage's output topics; offline, the first one is written to stdout.
+    """
     from streams.runtime.runner import StageTopics, run_stage
     from streams.runtime.store import RocksStore
     from streams.topics import Topics
@@ -169,9 +167,9 @@ def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, con
         with _offline_dir(args) as directory:
             store = RocksStore(directory / stage.name / "shard-0000",
                                block_cache_mb=settings.rocksdb_block_cache_mb)
-            return _offline(stage, store, output(topics))
-    run_stage(stage, StageTopics(inputs=inputs(topics), outputs=outputs(topics)), kafka_config(args),
-              settings, topic_settings, idle_exit_s=args.idle_exit_s)
+            return _offline(stage, store, outputs(topics)[0])
+    io = StageTopics(inputs=list(stage.route_topics), outputs=outputs(topics))
+    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s)
     return 0
 
 

@@ -275,8 +275,7 @@ def _encode_page(record: dict[str, Any], body: bytes | str, analysis: PageAnalys
     head = {"url": record["url"], "simhash": to_hex(analysis.simhash), "digest": analysis.text_digest.hex(),
             "tables": tables, "body": "text" if isinstance(body, str) else "base64"}
     shell = {name: value for name, value in record.items() if name not in ("body", "body_base64")}
-    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
-    return orjson.dumps(head) + b"\n" + orjson.dumps(shell) + b"\n" + raw
+    return orjson.dumps(head) + b"\n" + orjson.dumps(shell) + b"\n" + records.raw_body(body)
 
 
 def _page_head(value: bytes) -> dict[str, Any]:

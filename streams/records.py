@@ -172,6 +172,11 @@ def _without_bulk_checks(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "properties": properties}
 
 
+def raw_body(body: bytes | str) -> bytes:
+    """The bytes of a body as :func:`body_bytes` returns it (a ``body`` given as text: its UTF-8)."""
+    return body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+
+
 def body_bytes(record: Mapping[str, Any]) -> bytes | str:
     """A page record's body: the bytes of ``body_base64`` (strict RFC 4648), else the ``body`` text.
 

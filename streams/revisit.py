@@ -29,6 +29,7 @@ import orjson
 from streams import records
 from streams.errors import RecordRejected
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, digest
+from streams.pages.decode import parse_content_type
 from streams.pages.features import Weighting
 from streams.records import RecordKind
 from streams.recrawl.budget import BudgetState
@@ -128,7 +129,7 @@ class RevisitStage:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
         url = canonical.canonicalize(record["url"], self._canonical)
-        body = _raw(records.body_bytes(record))
+        body = records.raw_body(records.body_bytes(record))
         shard_record = {"url": record["url"], "host": host_of(url),
                         "fetched_at_s": _fetched_at_s(record, message), **_validators(record, body),
                         **page_features(record, body, self._pages)}
@@ -186,11 +187,6 @@ def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings
     return {"body_digest": digest(body).hex()}
 
 
-def _raw(body: bytes | str) -> bytes:
-    """The body as bytes (a ``body`` given as text is digested as its UTF-8)."""
-    return body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
-
-
 def _validators(record: Mapping[str, Any], body: bytes) -> dict[str, Any]:
     headers: Mapping[str, str] = record.get("headers") or {}
     content_type = record.get("content_type") or headers.get("content-type")
@@ -202,8 +198,8 @@ def _validators(record: Mapping[str, Any], body: bytes) -> dict[str, Any]:
 
 def _media_type(content_type: str | None) -> str | None:
     """The media type's essence (RFC 9110 section 8.3.1): ``text/html; charset=x`` -> ``text/html``."""
-    essence = (content_type or "").partition(";")[0].strip().lower()
-    return essence or None
+    parsed = parse_content_type(content_type)
+    return parsed[0] if parsed is not None else None
 
 
 def _short(value: str | None) -> str | None:

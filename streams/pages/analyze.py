@@ -134,7 +134,7 @@ def analyze_page(record: Mapping[str, Any], settings: PageSettings,
                                      cjk_ngram_chars=settings.cjk_ngram_chars, weighting=settings.weighting)
     if hashes.size == 0:
         return Skipped("no_text")
-    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    raw = records.raw_body(body)
     return PageAnalysis(text_digest=digest(text.encode("utf-8")), body_digest=digest(raw),
                         simhash=simhash64(hashes, weights), text_chars=len(text), media=decoded.media,
                         charset=decoded.charset, charset_source=decoded.charset_source)
