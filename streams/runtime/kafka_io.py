@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
-from streams.errors import ConfigError, ShardCountMismatch
+from streams.errors import BrokerError, ConfigError, ShardCountMismatch
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,25 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
         except KafkaException as error:
             if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another worker won the race
                 raise ConfigError(f"cannot create topic {name}: {error}") from error
+    _wait_until_visible(admin, [spec.name for spec in missing], timeout_s)
     log.info("created topics %s", ", ".join(s.name for s in missing))
+
+
+def _wait_until_visible(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Return once every topic has partitions in the metadata clients will fetch.
+
+    A created topic can be missing from a broker's metadata for a moment; a consumer that subscribes
+    then drops it as unknown until its next metadata refresh (``topic.metadata.refresh.interval.ms``,
+    5 minutes), so a worker would route into its shard topic and never read it back.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        if all(name in topics and topics[name].error is None and topics[name].partitions for name in names):
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"created topics not visible after {timeout_s} s: {', '.join(names)}")
+        time.sleep(0.1)
 
 
 def produce_all(kafka: KafkaConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
