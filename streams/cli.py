@@ -23,6 +23,7 @@ from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 
 if TYPE_CHECKING:
+    from streams.runtime.engine import Engine, EngineObserver
     from streams.topics import Topics  # noqa: F811 - imported at run time inside the handlers
     from streams.url_dedup import UrlDedupSettings
 
@@ -78,7 +79,7 @@ def _first_seen(args: argparse.Namespace) -> int:
     args.shards = len(metadata.partitions)  # the keyed input is the shard topic
     stage = FirstSeenStage(args.input, args.output)
     run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, _runtime_settings(args),
-              _topic_settings(args), idle_exit_s=args.idle_exit_s)
+              _topic_settings(args), idle_exit_s=args.idle_exit_s, observer=_metrics(args))
     return 0
 
 
@@ -108,8 +109,18 @@ def _url_dedup(args: argparse.Namespace) -> int:
                          settings.rocksdb_block_cache_mb)
     io = StageTopics(inputs=[topics.frontier], outputs=[topics.new_urls])
     run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              store_factory=make)
+              store_factory=make, observer=_metrics(args))
     return 0
+
+
+def _metrics(args: argparse.Namespace) -> Callable[[Engine], EngineObserver] | None:
+    """The worker's Prometheus endpoint and lag thread, unless metrics are disabled."""
+    settings = config.load(config.MetricsSettings, "metrics", args.config, port=args.metrics_port)
+    if not settings.enabled:
+        return None
+    from streams.ops.metrics import MetricsEndpoint
+
+    return lambda engine: MetricsEndpoint(settings, engine)
 
 
 @contextlib.contextmanager
@@ -169,7 +180,8 @@ def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, con
                                block_cache_mb=settings.rocksdb_block_cache_mb)
             return _offline(stage, store, outputs(topics)[0])
     io = StageTopics(inputs=list(stage.route_topics), outputs=outputs(topics))
-    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s)
+    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,
+              observer=_metrics(args))
     return 0
 
 
@@ -224,6 +236,9 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
                          help="records per transaction at most (default 5000)")
     command.add_argument("--idle-exit-s", type=float, default=None,
                          help="exit after this many seconds without input (default: run until stopped)")
+    command.add_argument("--metrics-port", type=int, default=None,
+                         help="Prometheus /metrics port (default: the stage's own, 9410-9413; "
+                              "host 127.0.0.1 unless STREAMS_METRICS_HOST is set)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -273,6 +288,15 @@ def _parser() -> argparse.ArgumentParser:
         "canonicalize", help="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines")
     _add_url_options(canonicalize)
     canonicalize.set_defaults(handler=_canonicalize)
+
+    from streams.ops import lag_command
+
+    lag_command.add_parser(commands)
+
+    from streams.ops import replay, tail
+
+    replay.add_parser(commands)
+    tail.add_parser(commands)
 
     demo = commands.add_parser("demo", help="run the stages end to end on a generated crawl")
     demo.set_defaults(handler=_demo)

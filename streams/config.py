@@ -55,6 +55,22 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The worker's Prometheus endpoint (``/metrics``) and how often it measures consumer lag.
+
+    ``port`` 0 means the stage's default port (url-dedup 9410, content-seen 9411, revisit 9412,
+    first-seen 9413); when that port is taken (two workers on one host) the worker serves on a free
+    port and logs which. ``host`` stays on loopback unless configured (a container sets 0.0.0.0 so
+    Prometheus can scrape it).
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 0
+    lag_interval_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class TopicSettings:
     """Topic names (see :mod:`streams.topics`, the one place that builds them)."""
 

@@ -29,6 +29,7 @@ import base64
 import dataclasses
 import functools
 import struct
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,7 @@ class ContentSeenStage:
     settings: ContentSeenSettings = field(default_factory=ContentSeenSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     name: str = STAGE
+    decisions: Counter[str] = field(default_factory=Counter)  # unique / exact / near / skipped
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
@@ -155,6 +157,7 @@ class ContentSeenStage:
         body = records.body_bytes(record)
         analysis = self._analyse(message, record, body)
         if isinstance(analysis, Skipped):
+            self.decisions["skipped"] += 1
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
         page = Entry(order, analysis.simhash, analysis.text_digest, record["url"])
@@ -210,6 +213,7 @@ class ContentSeenStage:
 
     def _decide(self, head: dict[str, Any], waiting: bytes, best: Match | None) -> list[Emit]:
         url, simhash, digest = head["url"], head["simhash"], head["digest"]
+        self.decisions["unique" if best is None else "exact" if best.exact else "near"] += 1
         if best is not None:
             return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from typing import Any
 import orjson
 
 from streams import config, kafka_local, simweb
+from streams.ops.progress import ProgressBoard
 from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
 
@@ -48,27 +50,53 @@ class PlantedCrawl:
     records: list[bytes]
     distinct_urls: int
     malformed: int
+    respelled: int  # records whose URL is spelled unlike the plain form (same canonical URL)
+
+
+# Ways one URL is written in the wild that the safe canonicalization profile folds together
+# (docs/canonicalization.md): case and default port, dot segments and fragments, needless percent
+# escapes, an empty query, and a link relative to the page it was found on.
+SPELLINGS: tuple[Callable[[str, str], tuple[str, str]], ...] = (
+    lambda host, path: (f"http://{host}{path}", f"http://{host}/"),
+    lambda host, path: (f"HTTP://{host.upper()}:80{path}", f"http://{host}/"),
+    lambda host, path: (f"http://{host}/articles/./{path.rsplit('/', 1)[1]}#comments", f"http://{host}/"),
+    lambda host, path: (f"http://{host}{path.replace('/articles/', '/%61rticles/')}", f"http://{host}/"),
+    lambda host, path: (f"http://{host}{path}?", f"http://{host}/"),
+    lambda host, path: (path, f"http://{host}/index.html"),
+)
 
 
 def generate(distinct: int = 5_000, repeats: int = 15_000, seed: int = 1) -> PlantedCrawl:
-    """A frontier where each URL is discovered once or more, with malformed records mixed in."""
+    """A frontier where each URL is discovered once or more, in several spellings, with malformed records."""
     rng = random.Random(seed)
-    urls = [f"http://{rng.choice(HOSTS)}/articles/{i}" for i in range(distinct)]
-    found = urls + [rng.choice(urls) for _ in range(repeats)]
+    urls = [(rng.choice(HOSTS), f"/articles/{i}") for i in range(distinct)]
+    found = [(url, 0) for url in urls] + [(rng.choice(urls), rng.randrange(len(SPELLINGS)))
+                                           for _ in range(repeats)]
     rng.shuffle(found)
-    records = [orjson.dumps({"url": url, "source_url": f"http://{url.split('/')[2]}/", "depth": 1})
-               for url in found]
+    records = []
+    for (host, path), spelling in found:
+        url, source = SPELLINGS[spelling](host, path)
+        records.append(orjson.dumps({"url": url, "source_url": source, "depth": 1}))
     malformed = MALFORMED * 5
     for bad in malformed:
         records.insert(rng.randrange(len(records)), bad)
-    return PlantedCrawl(records, distinct, len(malformed))
+    return PlantedCrawl(records, distinct, len(malformed), sum(1 for _, spelling in found if spelling))
 
 
-def _workers(kafka: KafkaConfig, topics: Topics, state: str) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers}
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _workers(kafka: KafkaConfig, topics: Topics, state: str,
+             ports: dict[str, int]) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers, "STREAMS_METRICS_LAG_INTERVAL_S": "1"}
     return [subprocess.Popen([sys.executable, "-m", "streams", stage, "--topic-prefix", topics.prefix,
                               "--app-id", "demo", "--worker-id", f"{stage}-0", "--state-dir", state,
-                              "--shards", "4"], env=env, cwd=Path(__file__).resolve().parent.parent)
+                              "--shards", "4", "--metrics-port", str(ports[stage])], env=env,
+                             cwd=Path(__file__).resolve().parent.parent)
             for stage in STAGES]
 
 
@@ -76,10 +104,13 @@ def _count(kafka: KafkaConfig, topic: str) -> int:
     return sum(1 for _ in read_to_end(kafka, topic))
 
 
-def _wait(label: str, done: Callable[[], int], target: int, timeout_s: float = 240) -> None:
+def _wait(label: str, done: Callable[[], int], target: int, board: ProgressBoard,
+          timeout_s: float = 240) -> None:
+    """Wait for ``target`` committed outputs, printing each stage's live figures from its metrics."""
     began = time.monotonic()
     while (value := done()) < target:
         print(f"   {label}: {value:,} / {target:,} ({time.monotonic() - began:.0f} s)", flush=True)
+        print("\n".join(board.render()), flush=True)
         if time.monotonic() - began > timeout_s:
             raise TimeoutError(f"{label}: {value} of {target} after {timeout_s} s")
         time.sleep(2)
@@ -99,11 +130,16 @@ def run() -> int:
     kafka = KafkaConfig(external or broker.bootstrap, config.kafka_client_settings())
     topics = Topics(f"demo-{time.strftime('%H%M%S')}.")
     ensure_topics(kafka, [TopicSpec(topics.frontier, 4), TopicSpec(topics.fetched_pages, 4)])
+    ports = {stage: _free_port() for stage in STAGES}
     with tempfile.TemporaryDirectory(prefix="demo-state-") as state:
-        workers = _workers(kafka, topics, state)
-        print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)})")
+        workers = _workers(kafka, topics, state, ports)
+        print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)}); metrics "
+              + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in ports.values()))
+        board = ProgressBoard({"url-dedup": (ports["url-dedup"], topics.frontier),
+                               "content-seen": (ports["content-seen"], topics.fetched_pages),
+                               "revisit": (ports["revisit"], topics.fetched_pages)})
         try:
-            ok = _replay_and_summarise(kafka, topics)
+            ok = _replay_and_summarise(kafka, topics, board)
         finally:
             for worker in workers:
                 worker.terminate()
@@ -115,25 +151,28 @@ def run() -> int:
     return 0 if ok else 1
 
 
-def _replay_and_summarise(kafka: KafkaConfig, topics: Topics) -> bool:
+def _replay_and_summarise(kafka: KafkaConfig, topics: Topics, board: ProgressBoard) -> bool:
     crawl = generate()
     rng = random.Random(2)
     pages = simweb.crawl(seed=2, articles=60)
     first = [p for p in pages if p.kind == "original"]
     later = [p for p in pages if p.kind != "original"] + simweb.refetches(rng, first)
     print(f"3. replay: {len(crawl.records):,} frontier records ({crawl.distinct_urls:,} distinct URLs, "
-          f"{crawl.malformed} malformed); {len(pages) + len(later) - len(first):,} fetched pages "
+          f"{crawl.respelled:,} respelled, {crawl.malformed} malformed); "
+          f"{len(pages) + len(later) - len(first):,} fetched pages "
           f"({len(first)} originals first, then mirrors, near copies and refetches; "
           f"{len(MALFORMED_PAGES)} malformed)")
     produce_all(kafka, topics.frontier, ((None, value) for value in crawl.records))
     produce_all(kafka, topics.fetched_pages, ((p.url.encode(), orjson.dumps(p.record)) for p in first))
-    print("4. progress (read_committed):")
-    _wait("page verdicts, originals", lambda: _count(kafka, topics.page_verdicts), len(first))
+    print("4. progress: outputs read back with read_committed; per stage, from its /metrics: records in "
+          "(rate), consumer lag, duplicate ratio, dead letters, decisions")
+    _wait("page verdicts, originals", lambda: _count(kafka, topics.page_verdicts), len(first), board)
     produce_all(kafka, topics.fetched_pages, [(p.url.encode(), orjson.dumps(p.record)) for p in later]
                 + [(None, bad) for bad in MALFORMED_PAGES])
-    _wait("new URLs", lambda: _count(kafka, topics.new_urls), crawl.distinct_urls)
-    _wait("page verdicts", lambda: _count(kafka, topics.page_verdicts), len(first) + len(later))
-    _wait("revisit updates", lambda: _count(kafka, topics.revisit_updates), len(first) + len(later))
+    _wait("new URLs", lambda: _count(kafka, topics.new_urls), crawl.distinct_urls, board)
+    _wait("page verdicts", lambda: _count(kafka, topics.page_verdicts), len(first) + len(later), board)
+    _wait("revisit updates", lambda: _count(kafka, topics.revisit_updates), len(first) + len(later), board)
+    print("\n".join(board.render()))
     return _summary(kafka, topics, crawl, first + later)
 
 
@@ -150,7 +189,8 @@ def _summary(kafka: KafkaConfig, topics: Topics, crawl: PlantedCrawl,
     truth = Counter(str(p.extra["changed"]) for p in pages if p.kind == "refetch")
     intervals_h = sorted(u["interval_s"] / 3600 for u in updates)
     print("5. summary (read_committed):")
-    print(f"   URLs in               {len(crawl.records) - crawl.malformed:>8,}")
+    print(f"   URLs in               {len(crawl.records) - crawl.malformed:>8,}   "
+          f"{crawl.respelled:,} of them respelled (case, port, dot segments, escapes, relative links)")
     print(f"   new URLs out          {new_urls:>8,}   planted distinct: {crawl.distinct_urls:,}")
     print(f"   pages in              {len(pages):>8,}   {dict(planted)}")
     missed = planted["near"] - kinds["near"]

@@ -19,6 +19,7 @@ histogram, Lagrange multiplier and spend feedback (per shard, with its share of 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -112,6 +113,7 @@ class RevisitStage:
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     shards: int = 1                  # the runtime's shard count (offline: one store)
     name: str = STAGE
+    decisions: Counter[str] = field(default_factory=Counter)  # changed / unchanged / first
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
@@ -150,6 +152,7 @@ class RevisitStage:
         encoded = budget.encode()
         if encoded != allocation:
             state.set(ALLOCATION_KEY, encoded)
+        self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
         update = records.encode(RecordKind.REVISIT_UPDATE, revisit_update(shard["url"], outcome))
         return [Emit(self.topics.revisit_updates, update, shard["host"].encode())]
 

@@ -18,6 +18,7 @@ a worker whose version differs from its state's refuses to start until the state
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +80,7 @@ class UrlDedupStage:
     settings: UrlDedupSettings = field(default_factory=UrlDedupSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     name: str = STAGE
-    repeats: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)  # new / seen, for the metrics
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
@@ -114,10 +115,11 @@ class UrlDedupStage:
             raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
         self._check_version(message.partition() or 0, state)
         if state.get(key) is not None:
-            self.repeats += 1
+            self.decisions["seen"] += 1
             return []
         record = orjson.loads(message.value() or b"{}")
         state.set(key, record["canonical"].encode() if self._keep_urls else b"")
+        self.decisions["new"] += 1
         new_url = records.encode(RecordKind.NEW_URL, record)
         return [Emit(self.topics.new_urls, new_url, record["host"].encode())]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 
 from streams.errors import StateError
-from streams.runtime.store import PartitionStore
+from streams.runtime.store import Measured, PartitionStore
 from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT = "bloom.snapshot"
@@ -102,6 +102,11 @@ class BloomFrontStore:
 
     def changelog_offset(self) -> int | None:
         return self._inner.changelog_offset()
+
+    def measurements(self) -> dict[str, float]:
+        found = self._inner.measurements() if isinstance(self._inner, Measured) else {}
+        return {**found, "bloom_fill_ratio": self.bloom.fill_ratio(),
+                "bloom_false_positive_rate": self.bloom.estimated_false_positive_rate()}
 
     def get_meta(self, name: str) -> bytes | None:
         return self._inner.get_meta(name)
@@ -180,6 +185,10 @@ class BloomOnlyStore:
 
     def changelog_offset(self) -> int | None:
         return self._offset
+
+    def measurements(self) -> dict[str, float]:
+        return {"state_bytes": float(self.bloom.size_bytes), "bloom_fill_ratio": self.bloom.fill_ratio(),
+                "bloom_false_positive_rate": self.bloom.estimated_false_positive_rate()}
 
     def get_meta(self, name: str) -> bytes | None:
         return self._meta.get(name)

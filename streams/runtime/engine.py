@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -47,7 +47,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Counters:
-    """Running totals of one worker (exported as metrics by the operations layer)."""
+    """Running totals of one worker, read by :mod:`streams.ops.metrics` after each batch.
+
+    Updated only by the engine's thread; the metrics layer reads them from ``on_batch`` in that
+    same thread, so no lock is needed.
+    """
 
     consumed: int = 0
     emitted: int = 0
@@ -55,10 +59,24 @@ class Counters:
     batches: int = 0
     aborted_batches: int = 0
     recovered_records: int = 0
-    by_stage: dict[str, int] = field(default_factory=dict)
+    consumed_by_topic: dict[str, int] = field(default_factory=dict)
+    emitted_by_topic: dict[str, int] = field(default_factory=dict)
+    dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
+    last_batch_s: float = 0.0
+    last_batch_oldest_ms: int | None = None  # the earliest record timestamp of the last batch
 
 
 StoreFactory = Callable[[int], PartitionStore]
+
+
+class EngineObserver(Protocol):
+    """Watches a running engine from its own thread (the metrics layer implements it)."""
+
+    def started(self, engine: Engine) -> None: ...
+
+    def batch_done(self, engine: Engine) -> None: ...
+
+    def stopped(self, engine: Engine) -> None: ...
 
 
 def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
@@ -74,6 +92,7 @@ class Engine:
                  store_factory: StoreFactory | None = None) -> None:
         self.stage = stage
         self.kafka = kafka
+        self.group = group
         self.settings = settings
         self.changelog_topic = changelog_topic
         self.dead_letter_topic = dead_letter_topic
@@ -82,6 +101,8 @@ class Engine:
         self._stores: dict[int, PartitionStore] = {}
         self._stopping = False
         self._assigned = False
+        # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
+        self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
         self._consumer = Consumer(self.kafka.consumer(group, **{
             "fetch.max.bytes": 64 * 1024 * 1024,
@@ -111,9 +132,11 @@ class Engine:
         signal.signal(signal.SIGTERM, self.stop)
         signal.signal(signal.SIGINT, self.stop)
 
-    def run(self, idle_exit_s: float | None = None, on_batch: Callable[[Engine], None] | None = None) -> None:
+    def run(self, idle_exit_s: float | None = None, observer: EngineObserver | None = None) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
         self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        if observer is not None:
+            observer.started(self)
         topics = [*self.stage.route_topics, self.stage.state_topic]
         self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)
@@ -124,11 +147,13 @@ class Engine:
                 if batch:
                     self._run_batch(batch)
                     self._last_activity = time.monotonic()
-                    if on_batch is not None:
-                        on_batch(self)
+                    if observer is not None:
+                        observer.batch_done(self)
                 elif self._idle(idle_exit_s):
                     break
         finally:
+            if observer is not None:
+                observer.stopped(self)
             self._close()
 
     def _idle(self, idle_exit_s: float | None) -> bool:
@@ -154,11 +179,19 @@ class Engine:
         for partition, store in opened.items():
             self.stage.open_shard(partition, store)
         self._stores.update(opened)
+        self.assignment = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self._assigned = True
         self._last_activity = time.monotonic()
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
+    @property
+    def stores(self) -> dict[int, PartitionStore]:
+        """The shard stores this worker owns now (for measurements)."""
+        return self._stores
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {(tp.topic, tp.partition) for tp in partitions}
+        self.assignment = tuple(item for item in self.assignment if item not in revoked)
         for tp in partitions:
             if tp.topic == self.stage.state_topic:
                 store = self._stores.pop(tp.partition, None)
@@ -172,12 +205,15 @@ class Engine:
                                           timeout=self.settings.batch_max_wait_s)
         batch = []
         state_topic = self.stage.state_topic
+        by_topic = self.counters.consumed_by_topic
         for message in messages:
             error = message.error()
             if error is None:
-                if message.topic() == state_topic and message.partition() not in self._stores:
+                topic = message.topic() or ""
+                if topic == state_topic and message.partition() not in self._stores:
                     continue  # fetched before its partition was revoked: not ours to process
                 batch.append(message)
+                by_topic[topic] = by_topic.get(topic, 0) + 1
             elif error.fatal():
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
@@ -185,6 +221,7 @@ class Engine:
         return batch
 
     def _run_batch(self, batch: list[Message]) -> None:
+        began = time.perf_counter()
         self._producer.begin_transaction()
         try:
             states = self._process(batch)
@@ -195,6 +232,8 @@ class Engine:
         self._apply(states, changelog_ends)
         self.counters.batches += 1
         self.counters.consumed += len(batch)
+        self.counters.last_batch_s = time.perf_counter() - began
+        self.counters.last_batch_oldest_ms = _oldest_timestamp_ms(batch)
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         states: dict[int, BatchState] = {}
@@ -225,7 +264,9 @@ class Engine:
 
     def _produce(self, emits: list[Emit]) -> None:
         produce = self._producer.produce
+        by_topic = self.counters.emitted_by_topic
         for emit in emits:
+            by_topic[emit.topic] = by_topic.get(emit.topic, 0) + 1
             if emit.partition is None:
                 produce(emit.topic, emit.value, emit.key)
             else:
@@ -234,6 +275,8 @@ class Engine:
 
     def _dead_letter(self, message: Message, reason: str, detail: str) -> Emit:
         self.counters.dead_letters += 1
+        by_reason = self.counters.dead_letters_by_reason
+        by_reason[reason] = by_reason.get(reason, 0) + 1
         value = records.dead_letter(
             reason=reason, detail=detail, stage=self.stage.name, topic=message.topic() or "",
             partition=message.partition() or 0, offset=message.offset() or 0,
@@ -289,3 +332,9 @@ class Engine:
             first.setdefault((message.topic(), message.partition()), message.offset())  # type: ignore[arg-type]
         for (topic, partition), offset in first.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
+
+
+def _oldest_timestamp_ms(batch: list[Message]) -> int | None:
+    """The earliest producer or log-append timestamp in a batch (``None`` if none carries one)."""
+    stamps = [stamp for kind, stamp in (message.timestamp() for message in batch) if kind != 0]
+    return min(stamps) if stamps else None

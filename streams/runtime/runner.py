@@ -8,12 +8,13 @@ worker's local stores (a state directory restored from another deployment).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch
-from streams.runtime.engine import Engine, StoreFactory, stage_dir
+from streams.runtime.engine import Engine, EngineObserver, StoreFactory, stage_dir
 from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
 from streams.runtime.stage import Stage
 from streams.topics import Topics
@@ -44,8 +45,13 @@ def check_local_shards(directory: Path, shards: int) -> None:
 
 def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
-              store_factory: StoreFactory | None = None) -> Engine:
-    """Create topics, check shards, run until stopped; return the engine (for its counters)."""
+              store_factory: StoreFactory | None = None,
+              observer: Callable[[Engine], EngineObserver] | None = None) -> Engine:
+    """Create topics, check shards, run until stopped; return the engine (for its counters).
+
+    ``observer`` builds the engine's watcher once the engine exists (the CLI passes the metrics
+    endpoint; the runtime itself knows nothing of Prometheus).
+    """
     topics = Topics(topic_settings.prefix)
     changelog = topics.changelog(settings.app_id, stage.name)
     check_local_shards(stage_dir(settings, stage.name), settings.shards)
@@ -60,5 +66,5 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     group = topics.group(settings.app_id, stage.name)
     engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, store_factory)
     engine.install_signal_handlers()
-    engine.run(idle_exit_s=idle_exit_s)
+    engine.run(idle_exit_s=idle_exit_s, observer=observer(engine) if observer is not None else None)
     return engine

@@ -1,0 +1,1 @@
+"""Operating the stages: metrics, consumer lag, replay and tail."""

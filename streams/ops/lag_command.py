@@ -1,0 +1,81 @@
+"""``python -m streams lag``: each stage's consumer lag, per topic and partition.
+
+The same measurement the workers export as ``kafka_consumergroup_lag`` (see :mod:`streams.ops.lag`),
+taken once for every stage group of an application, whether or not a worker is running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+from confluent_kafka.admin import AdminClient
+
+from streams import config
+from streams.ops.lag import PartitionLag, group_lag, topic_partitions
+from streams.topics import Topics
+
+STAGE_INPUTS = {"url-dedup": "frontier", "content-seen": "fetched_pages", "revisit": "fetched_pages"}
+
+
+def stage_topics(topics: Topics, app_id: str, stage: str) -> list[str]:
+    """What a stage's group reads: its input topic, then its own shard topic."""
+    return [getattr(topics, STAGE_INPUTS[stage]), topics.shards(app_id, stage)]
+
+
+def measure(admin: AdminClient, topics: Topics, app_id: str, stages: list[str]) -> list[PartitionLag]:
+    lags: list[PartitionLag] = []
+    for stage in stages:
+        partitions = topic_partitions(admin, stage_topics(topics, app_id, stage))
+        lags.extend(group_lag(admin, topics.group(app_id, stage), partitions))
+    return lags
+
+
+def render(lags: list[PartitionLag], per_partition: bool) -> str:
+    """A table: one line per group and topic (with its partitions when asked)."""
+    lines = [f"{'group':<40} {'topic':<44} {'partition':>9} {'committed':>10} {'end':>10} {'lag':>8}"]
+    sums: dict[tuple[str, str], list[PartitionLag]] = {}
+    for lag in lags:
+        sums.setdefault((lag.group, lag.topic), []).append(lag)
+    for (group, topic), parts in sums.items():
+        committed = sum(p.committed or 0 for p in parts)
+        end = sum(p.end for p in parts)
+        lines.append(f"{group:<40} {topic:<44} {'all':>9} {committed:>10} {end:>10} "
+                     f"{sum(p.lag for p in parts):>8}")
+        if per_partition:
+            for p in parts:
+                shown = "-" if p.committed is None else str(p.committed)
+                lines.append(f"{'':<40} {'':<44} {p.partition:>9} {shown:>10} {p.end:>10} {p.lag:>8}")
+    return "\n".join(lines)
+
+
+def _handler(args: argparse.Namespace) -> int:
+    from streams.cli import kafka_config
+
+    app_id = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id).app_id
+    prefix = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix
+    admin = AdminClient(kafka_config(args).admin())
+    lags = measure(admin, Topics(prefix), app_id, args.stage or list(STAGE_INPUTS))
+    if args.json:
+        for lag in lags:
+            row: dict[str, Any] = {"group": lag.group, "topic": lag.topic, "partition": lag.partition,
+                                   "committed": lag.committed, "end": lag.end, "lag": lag.lag}
+            sys.stdout.buffer.write(orjson.dumps(row) + b"\n")
+    else:
+        print(render(lags, args.partitions))
+    return 0
+
+
+def add_parser(commands: Any) -> None:
+    command = commands.add_parser(
+        "lag", help="consumer lag of each stage group, per topic (end offset at read_committed "
+                    "minus the committed offset; the same figures the workers export)")
+    command.add_argument("--app-id", default=None, help="application id (default from settings)")
+    command.add_argument("--topic-prefix", default=None, help="prefix of every topic name")
+    command.add_argument("--stage", action="append", choices=sorted(STAGE_INPUTS),
+                         help="only this stage (repeatable; default: all three)")
+    command.add_argument("--partitions", action="store_true", help="one line per partition too")
+    command.add_argument("--json", action="store_true", help="one JSON object per partition")
+    command.set_defaults(handler=_handler)

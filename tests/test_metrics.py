@@ -1,0 +1,101 @@
+"""The metrics layer without a broker: lag arithmetic, counter deltas, stale series removed."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from streams.ops.lag import PartitionLag
+from streams.ops.metrics import WorkerMetrics, serve
+from streams.runtime.engine import Counters
+from streams.runtime.store import MemoryStore
+
+
+@pytest.mark.parametrize(("committed", "start", "end", "lag"), [
+    (None, 0, 10, 10),   # never committed: everything from the log start
+    (None, 4, 10, 6),    # ... which may have been deleted by retention
+    (10, 0, 10, 0),
+    (9, 0, 10, 1),       # one transaction marker after the last record
+    (2, 5, 10, 5),       # committed offset fell off the log: counted from the start
+    (12, 0, 10, 0),      # end measured before a concurrent commit: never negative
+])
+def test_partition_lag(committed: int | None, start: int, end: int, lag: int) -> None:
+    assert PartitionLag("g", "t", 0, committed, start, end).lag == lag
+
+
+@dataclass
+class _Stage:
+    name: str = "url-dedup"
+    decisions: Counter[str] = field(default_factory=Counter)
+
+
+class _BloomStore(MemoryStore):
+    def measurements(self) -> dict[str, float]:
+        return {"state_bytes": 100.0, "bloom_fill_ratio": 0.25, "bloom_false_positive_rate": 0.001}
+
+
+@dataclass
+class _Engine:
+    stage: _Stage = field(default_factory=_Stage)
+    counters: Counters = field(default_factory=Counters)
+    stores: dict[int, Any] = field(default_factory=dict)
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_counters_follow_the_engine_totals() -> None:
+    metrics, engine = WorkerMetrics("url-dedup"), _Engine()
+    engine.counters.consumed_by_topic["f"] = 5
+    engine.stage.decisions.update({"new": 3, "seen": 1})
+    metrics.batch_done(engine)  # type: ignore[arg-type]
+    engine.counters.consumed_by_topic["f"] = 8
+    engine.counters.dead_letters_by_reason["json"] = 2
+    engine.stage.decisions.update({"seen": 4})
+    metrics.batch_done(engine)  # type: ignore[arg-type]
+    r = metrics.registry
+    assert _value(r, "crawl_dedup_records_in_total", stage="url-dedup", topic="f") == 8
+    assert _value(r, "crawl_dedup_dead_letters_total", stage="url-dedup", reason="json") == 2
+    assert _value(r, "crawl_dedup_decisions_total", stage="url-dedup", decision="seen") == 5
+    assert _value(r, "crawl_dedup_duplicate_ratio", stage="url-dedup") == pytest.approx(5 / 8)
+
+
+def test_store_gauges_drop_revoked_shards() -> None:
+    metrics, engine = WorkerMetrics("url-dedup"), _Engine()
+    engine.stores = {0: _BloomStore(), 3: _BloomStore()}
+    metrics.update_store_gauges(engine)  # type: ignore[arg-type]
+    assert _value(metrics.registry, "crawl_dedup_bloom_fill_ratio", stage="url-dedup", shard="3") == 0.25
+    del engine.stores[3]
+    metrics.update_store_gauges(engine)  # type: ignore[arg-type]
+    assert _value(metrics.registry, "crawl_dedup_bloom_fill_ratio", stage="url-dedup", shard="3") is None
+    assert _value(metrics.registry, "crawl_dedup_state_bytes", stage="url-dedup", shard="0") == 100
+
+
+def test_lag_series_follow_the_assignment() -> None:
+    metrics = WorkerMetrics("revisit")
+    metrics.report_lag([PartitionLag("g", "t", 0, 5, 0, 9), PartitionLag("g", "t", 1, None, 0, 3)])
+    r = metrics.registry
+    assert _value(r, "kafka_consumergroup_lag", consumergroup="g", topic="t", partition="0") == 4
+    assert _value(r, "kafka_consumergroup_lag_sum", consumergroup="g", topic="t") == 7
+    metrics.report_lag([PartitionLag("g", "t", 1, 3, 0, 3)])
+    assert _value(r, "kafka_consumergroup_lag", consumergroup="g", topic="t", partition="0") is None
+    assert _value(r, "kafka_consumergroup_lag_sum", consumergroup="g", topic="t") == 0
+
+
+def test_endpoint_binds_loopback_and_falls_back_when_the_port_is_taken() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        registry = WorkerMetrics("revisit").registry
+        port = serve(registry, "127.0.0.1", busy)
+    assert port != busy
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert b"crawl_dedup_batch_seconds" in response.read()
