@@ -28,7 +28,7 @@ from pathlib import Path
 import orjson
 
 from streams.errors import StateError
-from streams.runtime.store import Measured, PartitionStore
+from streams.runtime.store import Measured, PartitionStore, private_dir
 from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT = "bloom.snapshot"
@@ -132,7 +132,7 @@ class BloomOnlyStore:
 
     def __init__(self, directory: Path, capacity_items: int, false_positive_rate: float,
                  snapshot_interval_s: float = 60.0) -> None:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(directory)
         self._snapshot = directory / SNAPSHOT
         self._interval_s = snapshot_interval_s
         self._last_snapshot = time.monotonic()

@@ -17,6 +17,7 @@ from streams.errors import ShardCountMismatch
 from streams.runtime.engine import Engine, EngineObserver, StoreFactory, stage_dir
 from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
 from streams.runtime.stage import Stage
+from streams.runtime.store import private_dir
 from streams.topics import Topics
 
 
@@ -30,7 +31,7 @@ class StageTopics:
 
 def check_local_shards(directory: Path, shards: int) -> None:
     """Record the shard count beside the stores on first start; refuse a different one later."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(directory)
     marker = directory / "SHARDS"
     if not marker.exists():
         marker.write_text(f"{shards}\n")

@@ -66,6 +66,20 @@ class Measured(Protocol):
         ...
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and any missing parent owner-only (0700), whatever the umask.
+
+    ``Path.mkdir(parents=True, mode=0o700)`` applies the mode to the last component only; the
+    parents it creates get the umask's default (often 0755), which would let other local users list
+    the state tree. Directories that already exist are left as the operator made them.
+    """
+    missing = [parent for parent in (path, *path.parents) if not parent.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, 0o700)
+    return path
+
+
 def _decode_offset(raw: bytes | None) -> int | None:
     return None if raw is None else int(raw)
 
@@ -111,7 +125,7 @@ class RocksStore:
     def __init__(self, path: Path, block_cache_mb: int = 64) -> None:
         from rocksdict import BlockBasedOptions, Cache, Options, Rdict
 
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         table = BlockBasedOptions()
