@@ -38,7 +38,8 @@ def kafka_config(args: argparse.Namespace | None = None) -> KafkaConfig:
 
 
 def _kafka(args: argparse.Namespace) -> int:
-    broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1)
+    broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1,
+                                     scram_port=args.scram_port)
     external = config.bootstrap_servers()
     if external and args.action in {"start", "stop"}:
         print(f"KAFKA_BOOTSTRAP_SERVERS={external} is set: using that cluster, no local broker")
@@ -250,6 +251,9 @@ def _parser() -> argparse.ArgumentParser:
     kafka = commands.add_parser("kafka", help="run the local single-node KRaft broker")
     kafka.add_argument("action", choices=["start", "stop", "status", "wipe"])
     kafka.add_argument("--port", type=int, default=19092, help="client port (controller: port+1)")
+    kafka.add_argument("--scram-port", type=int, default=None,
+                       help="also listen with SASL_PLAINTEXT/SCRAM-SHA-512 here (user crawl, password "
+                            "crawl-secret; set when the data directory is first formatted)")
     kafka.set_defaults(handler=_kafka)
 
     first = commands.add_parser(

@@ -34,6 +34,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_HOME = PROJECT_ROOT / ".kafka"
 POM = PROJECT_ROOT / "kafka" / "pom.xml"
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
 # Brokers started by this process, kept so stop() can reap them (no zombie, no ResourceWarning).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -46,10 +48,24 @@ class LocalBroker:
     controller_port: int = 19093
     heap_mb: int = 768
     home: Path = KAFKA_HOME
+    # A second client listener, SASL_PLAINTEXT with SCRAM-SHA-512, when set: how the project tests
+    # that security settings reach every client. The credentials are created at format time.
+    scram_port: int | None = None
+    scram_user: str = "crawl"
+    scram_password: str = "crawl-secret"
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def scram_bootstrap(self) -> str | None:
+        return None if self.scram_port is None else f"127.0.0.1:{self.scram_port}"
+
+    def scram_client_settings(self) -> dict[str, str]:
+        """librdkafka properties for the SCRAM listener (what ``STREAMS_KAFKA_*`` would carry)."""
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": self.scram_user, "sasl.password": self.scram_password}
 
     @property
     def lib_dir(self) -> Path:
@@ -89,15 +105,12 @@ def ensure_jars(broker: LocalBroker) -> None:
 
 
 def _properties(broker: LocalBroker) -> str:
-    settings = {
+    settings = _listeners(broker) | {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{broker.controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(broker.data_dir),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -113,6 +126,27 @@ def _properties(broker: LocalBroker) -> str:
         "delete.topic.enable": "true",
     }
     return "".join(f"{name}={value}\n" for name, value in settings.items())
+
+
+def _listeners(broker: LocalBroker) -> dict[str, str]:
+    """PLAINTEXT and CONTROLLER on loopback, plus SASL_PLAINTEXT/SCRAM when ``scram_port`` is set."""
+    listeners = [f"PLAINTEXT://127.0.0.1:{broker.port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    extra: dict[str, str] = {}
+    if broker.scram_port is not None:
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{broker.scram_port}")
+        protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
+        extra = {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        }
+    return {
+        "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{broker.controller_port}"]),
+        "advertised.listeners": ",".join(listeners),
+        "listener.security.protocol.map": ",".join(protocols),
+        **extra,
+    }
 
 
 def _log4j_config(broker: LocalBroker) -> Path:
@@ -145,6 +179,9 @@ def _format_storage(broker: LocalBroker, config: Path) -> None:
     cluster_id = uuid.uuid4().bytes
     encoded = base64.urlsafe_b64encode(cluster_id).decode().rstrip("=")
     command = _java(broker, "kafka.tools.StorageTool", "format", "-t", encoded, "-c", str(config))
+    if broker.scram_port is not None:  # KRaft keeps SCRAM credentials in the metadata log
+        command += ["--add-scram",
+                    f"{SCRAM_MECHANISM}=[name={broker.scram_user},password={broker.scram_password}]"]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BrokerError(f"formatting the KRaft log directory failed:\n{result.stdout}{result.stderr}")
