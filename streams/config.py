@@ -83,6 +83,11 @@ def _convert(raw: Any, annotation: Any, name: str) -> Any:
     target = annotation
     if isinstance(annotation, types.UnionType):
         target = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    if typing.get_origin(target) is typing.Literal:
+        allowed = typing.get_args(target)
+        if raw not in allowed:
+            raise ConfigError(f"setting {name}: {raw!r} is not one of {', '.join(map(repr, allowed))}")
+        return raw
     try:
         if typing.get_origin(target) is tuple:
             items = raw.split(",") if isinstance(raw, str) else list(raw)
@@ -113,9 +118,15 @@ def load(cls: type[T], section: str, toml_path: Path | None = None,
             values[spec.name] = _convert(environ[env_name], hints[spec.name], env_name)
         elif spec.name in table:
             values[spec.name] = _convert(table[spec.name], hints[spec.name], f"[{section}] {spec.name}")
-    unknown = set(table) - {spec.name for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    names = {spec.name for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = set(table) - names
     if unknown:
         raise ConfigError(f"unknown settings in [{section}]: {', '.join(sorted(unknown))}")
+    prefix = f"{ENV_PREFIX}{section.upper()}_"
+    misspelt = sorted(name for name in environ if name.startswith(prefix)
+                      and name[len(prefix):].lower() not in names)
+    if misspelt:  # a typo would otherwise leave the default in force without a word
+        raise ConfigError(f"unknown settings in the environment: {', '.join(misspelt)}")
     return cls(**values)
 
 
@@ -137,11 +148,22 @@ def kafka_client_settings(toml_path: Path | None = None,
                           environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """librdkafka properties passed through to every client (security, SASL, TLS, tuning)."""
     environ = os.environ if environ is None else environ
-    settings = {str(k): str(v) for k, v in _toml_table(toml_path, environ, "kafka").items()}
+    settings = _flatten(_toml_table(toml_path, environ, "kafka"))
     for name, value in environ.items():
         if name.startswith(KAFKA_ENV_PREFIX):
             settings[name[len(KAFKA_ENV_PREFIX):].lower().replace("_", ".")] = value
     return settings
+
+
+def _flatten(table: Mapping[str, Any], stem: str = "") -> dict[str, str]:
+    """``security.protocol = "SSL"`` unquoted is a nested table in TOML: join its keys with dots."""
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{stem}{key}."))
+        else:
+            flat[f"{stem}{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return flat
 
 
 def bootstrap_servers(environ: Mapping[str, str] | None = None) -> str | None:

@@ -76,3 +76,29 @@ def test_topic_names_live_in_one_place() -> None:
     assert topics.shards("app", "url-dedup") == "p.app.url-dedup.shards"
     assert topics.changelog("app", "url-dedup") == "p.app.url-dedup.changelog"
     assert len(set(topics.shared())) == 7
+
+
+def test_a_misspelt_variable_is_refused() -> None:
+    with pytest.raises(ConfigError, match="STREAMS_RUNTIME_SHARD"):
+        config.load(config.RuntimeSettings, "runtime", environ={"STREAMS_RUNTIME_SHARD": "4"})
+
+
+@pytest.mark.parametrize(("raw", "ok"), [("tf", True), ("binary", True), ("log_tf", True), ("TF", False)])
+def test_literal_settings_are_read_and_checked(raw: str, ok: bool) -> None:
+    from streams.content_seen import ContentSeenSettings
+
+    environ = {"STREAMS_CONTENT_SEEN_WEIGHTING": raw}
+    if ok:
+        assert config.load(ContentSeenSettings, "content_seen", environ=environ).weighting == raw
+    else:
+        with pytest.raises(ConfigError, match="not one of"):
+            config.load(ContentSeenSettings, "content_seen", environ=environ)
+
+
+def test_kafka_table_keys_quoted_or_dotted(tmp_path: Path) -> None:
+    path = tmp_path / "settings.toml"
+    path.write_text('[kafka]\nsecurity.protocol = "SASL_SSL"\n"sasl.mechanism" = "SCRAM-SHA-512"\n'
+                    'enable.ssl.certificate.verification = false\n')
+    assert config.kafka_client_settings(path, environ={}) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "enable.ssl.certificate.verification": "false"}

@@ -51,13 +51,15 @@ class KafkaConfig:
         })
 
     def consumer(self, group_id: str, **extra: Any) -> dict[str, Any]:
+        """Pass-through settings may tune a consumer but not loosen exactly-once: the group, manual
+        commits and ``read_committed`` are laid over them."""
         return {
+            "auto.offset.reset": "earliest",
+            **self._base(),
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
-            **self._base(),
             **extra,
         }
 
