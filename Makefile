@@ -1,6 +1,7 @@
 # make            the virtual environment (.venv) and the Kafka jars (.kafka/lib)
 # make test       lint, type check and the test suite (starts and stops its own broker)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
+# make reliability  the long crash, rebalance and hostile-input suite (not part of make test)
 # make bench      benchmarks; results under bench/results/ (not part of make test)
 # make kafka-start / kafka-stop    the local broker for manual use (127.0.0.1:19092)
 
@@ -10,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 JARS := .kafka/lib/.complete
 
-.PHONY: all venv jars test lint unit bench bench-runtime bench-url bench-content bench-revisit demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit reliability bench bench-runtime bench-url bench-content bench-revisit demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -36,6 +37,10 @@ unit: venv
 
 test: venv jars lint
 	$(PY) -m pytest -m "not slow" -q
+
+# The long reliability suite (issue 7): the slow-marked tests, not part of make test.
+reliability: venv jars
+	$(PY) -m pytest -m slow -q -s
 
 bench: bench-runtime bench-url bench-content bench-revisit
 

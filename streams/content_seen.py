@@ -21,6 +21,10 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
 State keys (one prefix per kind): ``t`` + table key -> bucket; ``p`` + order -> waiting page;
 ``a`` + order -> replies so far. The block design and feature version are recorded per shard and
 a worker with other settings refuses the shard instead of mixing two fingerprint spaces.
+
+A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
+is stored in up to ``max_bucket_entries`` entries of every block table it enters and written in
+verdicts, keys and replies, so its length bounds the state and records of other pages too.
 """
 
 from __future__ import annotations
@@ -50,12 +54,14 @@ from streams.runtime.parallel import ProcessMap
 from streams.runtime.stage import BatchState, Emit, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
+from streams.urls.canonical import CanonicalSettings
 
 STAGE = "content-seen"
 DESIGN_KEY = b"meta:block_design"
 PAGE, PROBE, REPLY = b"P", b"Q", b"R"
 _PROBE_HEAD = struct.Struct(">16sQ16s")
 _REPLY_HEAD = struct.Struct(">16sBB")
+MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,7 @@ class ContentSeenStage:
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
+        _check_url_length(record["url"])
         body = records.body_bytes(record)
         analysis = self._analyse(message, record, body)
         if isinstance(analysis, Skipped):
@@ -228,6 +235,11 @@ class ContentSeenStage:
             "url": url, "verdict": verdict, "kind": None, "duplicate_of": None, "distance": None,
             "simhash": None, "digest": None, "reason": None, **fields})
         return Emit(self.topics.page_verdicts, value, url.encode("utf-8", "surrogatepass"))
+
+
+def _check_url_length(url: str) -> None:
+    if len(url) > MAX_URL_BYTES or len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        raise RecordRejected("url_too_long", f"URL exceeds {MAX_URL_BYTES} bytes")
 
 
 # -- the analysis in a child process ----------------------------------------------------------------

@@ -176,8 +176,9 @@ def _java(broker: LocalBroker, main_class: str, *args: str, heap_mb: int = 256) 
 def _format_storage(broker: LocalBroker, config: Path) -> None:
     if (broker.data_dir / "meta.properties").exists():
         return
-    cluster_id = uuid.uuid4().bytes
-    encoded = base64.urlsafe_b64encode(cluster_id).decode().rstrip("=")
+    encoded = "-"
+    while encoded.startswith("-"):  # the format tool would read a leading "-" as an option
+        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     command = _java(broker, "kafka.tools.StorageTool", "format", "-t", encoded, "-c", str(config))
     if broker.scram_port is not None:  # KRaft keeps SCRAM credentials in the metadata log
         command += ["--add-scram",

@@ -9,7 +9,8 @@ parsed by orjson, never evaluated).
 A bad input record is not an error of the worker: :func:`decode` turns every problem into
 :class:`~streams.errors.RecordRejected` with a short reason code, and the runtime writes a
 :func:`dead_letter` and goes on. The reason codes are ``empty``, ``too_large``, ``invalid_utf8``,
-``invalid_json``, ``not_an_object``, ``unsupported_schema_version`` and ``schema``.
+``invalid_json`` (also for nesting deeper than :data:`MAX_JSON_DEPTH`), ``not_an_object``,
+``unsupported_schema_version`` and ``schema``.
 
 Timestamps are RFC 3339 section 5.6 ``date-time`` strings, checked for a real calendar date too;
 :func:`rfc3339` writes them in UTC with ``Z``. Fields with ``contentEncoding: base64`` are checked by
@@ -39,6 +40,10 @@ DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_DEAD_LETTER_VALUE_BYTES: Final = 512 * 1024
 DEAD_LETTER_KEY_BYTES: Final = 16 * 1024
 MAX_DETAIL_CHARS: Final = 2000
+# orjson reads up to 1,024 levels of nesting but writes only 254 (its recursion limit), and stages
+# write input fields back out (the URL stage passes a frontier record's fields on): a record nested
+# deeper could be read but never passed on. No record format here nests more than three levels.
+MAX_JSON_DEPTH: Final = 128
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 # RFC 3339 section 5.6, ASCII digits only (Python's \d would also accept other scripts' digits).
@@ -236,7 +241,27 @@ def _parse_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         found = _JSON_TYPE_NAMES.get(type(value), type(value).__name__)
         raise RecordRejected("not_an_object", f"the top-level JSON value is {found}")
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        # RFC 8259 section 9 lets a parser limit nesting; orjson's own limit is reported the same way.
+        raise RecordRejected("invalid_json", f"nested deeper than {MAX_JSON_DEPTH} levels")
     return value
+
+
+def _deeper_than(record: dict[str, Any], limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels (the record itself is level 1).
+
+    Iterative, and it visits containers only, so a 10 MB string costs nothing and a deep value no
+    Python recursion.
+    """
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(record, 1)]
+    while stack:
+        container, depth = stack.pop()
+        for child in container.values() if isinstance(container, dict) else container:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _json_error(raw: bytes, error: orjson.JSONDecodeError) -> RecordRejected:

@@ -49,6 +49,10 @@ STAGE = "revisit"
 HISTORY_PREFIX = b"h"
 ALLOCATION_KEY = b"meta:allocation"
 MAX_VALIDATOR_CHARS = 1024      # longer ETag or Last-Modified values are not kept (nor sent back)
+MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may not fit the history's int64
+# RFC 3339 years have four digits: a fetch time near 9999 schedules its next fetch at the last instant.
+_LAST_INSTANT_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+_FIRST_INSTANT_S = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 
 
 @dataclass(frozen=True)
@@ -161,7 +165,8 @@ def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:
     """The ``revisit_update`` record of one outcome (schemas/revisit_update.schema.json)."""
     update: dict[str, Any] = {
         "url": url,
-        "next_fetch_at": records.rfc3339(datetime.fromtimestamp(outcome.next_fetch_s, UTC)),
+        "next_fetch_at": records.rfc3339(datetime.fromtimestamp(
+            min(max(outcome.next_fetch_s, _FIRST_INSTANT_S), _LAST_INSTANT_S), UTC)),
         "interval_s": round(outcome.interval_s, 3),
         "changed": outcome.changed,
         "signal": outcome.signal,
@@ -210,9 +215,14 @@ def _short(value: str | None) -> str | None:
 
 
 def _content_length(record: Mapping[str, Any], headers: Mapping[str, str], body: bytes) -> int | None:
-    """The Content-Length header (RFC 9110 section 8.6), else the length of the body received."""
+    """The Content-Length header (RFC 9110 section 8.6), else the length of the body received.
+
+    Section 8.6 asks recipients to "anticipate potentially large decimal numerals and prevent
+    parsing errors due to integer conversion overflows": one of more than
+    :data:`MAX_CONTENT_LENGTH_DIGITS` digits is read as absent.
+    """
     declared = headers.get("content-length", "").strip()
-    if declared.isascii() and declared.isdigit():
+    if declared.isascii() and declared.isdigit() and len(declared) <= MAX_CONTENT_LENGTH_DIGITS:
         return int(declared)
     if record.get("method", "GET") == "HEAD" or ("body" not in record and "body_base64" not in record):
         return None

@@ -7,7 +7,7 @@ the stage makes them, so a batch that aborts (rare) counts its decisions twice. 
 measured in a thread of its own (:class:`~streams.ops.lag.LagMonitor`) under kafka_exporter's names,
 ``kafka_consumergroup_lag{consumergroup,topic,partition}`` and
 ``kafka_consumergroup_lag_sum{consumergroup,topic}``, for the partitions this worker owns, so the
-sum over workers is the group's lag. The full list is in docs/operations.md.
+sum over workers is the group's lag. The full list is in the README (Operations, Monitoring).
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ _UNKNOWN_TYPES: Final = frozenset({"unknown/unknown", "application/unknown", "*/
 
 SNIFF_BYTES: Final = 1445  # WHATWG MIME Sniffing §5.2: the resource header is at most 1,445 bytes
 PRESCAN_BYTES: Final = 1024  # WHATWG HTML §13.2.3.2: the prescan reads the first 1,024 bytes
+# A longer Content-Type is no usable type (the body is sniffed): RFC 9110 sets no limit, but servers
+# keep whole header sections under 8-64 KB, and the quoted-string scan costs about 1 µs a character.
+MAX_CONTENT_TYPE_CHARS: Final = 64 * 1024
 
 # WHATWG Encoding §4.2 maps labels to encodings whose decoders are supersets of what the label
 # names; these Python codecs decode those supersets (e.g. GBK pages routinely use GB18030-only
@@ -131,8 +134,9 @@ def parse_content_type(value: str | None) -> tuple[str, str | None] | None:
     RFC 9110 §8.3.1: ``type "/" subtype *( OWS ";" OWS parameter )``, tokens, case-insensitive
     type and parameter names, quoted-string values. Of comma-joined values the last valid one
     counts, keeping an earlier charset of the same essence (Fetch Standard, "extract a MIME type").
+    A value longer than :data:`MAX_CONTENT_TYPE_CHARS` gives None.
     """
-    if not value:
+    if not value or len(value) > MAX_CONTENT_TYPE_CHARS:
         return None
     result: tuple[str, str | None] | None = None
     for part in _split_unquoted(value, ","):

@@ -77,6 +77,7 @@ _LENGTH_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
 _MAX_POWER = 1023  # characters past the 1024th of a token share one multiplier (junk tokens only)
 _POWERS = np.array([pow(int(_CHAR_MULTIPLIER), i, 1 << 64) for i in range(_MAX_POWER + 1)], dtype=np.uint64)
 _EMPTY_U64: U64Array = np.zeros(0, dtype=np.uint64)
+PIECE_CHARS = 1 << 20  # token_hashes works on about this many characters at a time
 
 
 def feature_hashes(text: str, *, shingle_words: int = DEFAULT_SHINGLE_WORDS,
@@ -94,8 +95,39 @@ def feature_hashes(text: str, *, shingle_words: int = DEFAULT_SHINGLE_WORDS,
     return features, _weights(counts, weighting)
 
 
-def token_hashes(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS) -> U64Array:
-    """The 64-bit hash of every token of ``text``, in text order."""
+def token_hashes(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS,
+                 piece_chars: int = PIECE_CHARS) -> U64Array:
+    """The 64-bit hash of every token of ``text``, in text order.
+
+    The arrays per character cost about 40 bytes a character (400 MB for a 10 MB page), so a long
+    text is hashed in pieces of about ``piece_chars``, each cut just before a separator: no token
+    crosses a cut, so the hashes are the same as in one piece (tests/test_hostile_unit.py).
+    """
+    if piece_chars < 1:
+        raise ValueError("piece_chars must be >= 1")
+    if len(text) <= piece_chars:
+        return _piece_hashes(text, cjk_ngram_chars)
+    pieces, start = [], 0
+    while start < len(text):
+        end = _next_separator(text, start + piece_chars)
+        pieces.append(_piece_hashes(text[start:end], cjk_ngram_chars))
+        start = end
+    return np.concatenate(pieces)
+
+
+def _next_separator(text: str, position: int) -> int:
+    """The first index from ``position`` whose character separates tokens, else ``len(text)``."""
+    window = 4096
+    while position < len(text):
+        _, kinds = _classify(text[position:position + window])
+        found = np.flatnonzero(kinds == SEPARATOR)
+        if found.size:
+            return position + int(found[0])
+        position, window = position + window, window * 2
+    return len(text)
+
+
+def _piece_hashes(text: str, cjk_ngram_chars: int) -> U64Array:
     starts, ends, codes, kinds = _spans(text, cjk_ngram_chars)
     if starts.size == 0:
         return _EMPTY_U64

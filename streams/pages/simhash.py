@@ -12,7 +12,9 @@ The counters are one matrix product: the hashes' bits as a ``(features, 64)`` 0/
 (``np.unpackbits`` of their little-endian bytes, so column ``i`` is bit ``i``) times the weights;
 bit ``i`` is set when the weight on its 1s exceeds half the total. The weights from
 :mod:`streams.pages.features` are integers, so the sums are exact and the fingerprint does not
-depend on the summation order of the machine's BLAS.
+depend on the summation order of the machine's BLAS, nor on taking the product
+:data:`ROWS_AT_ONCE` features at a time (the product converts the matrix to float64, 512 bytes a
+feature: 770 MB for the 1.5 million distinct shingles of a 10 MB page, 34 MB in these parts).
 
 Records carry a fingerprint as 16 lowercase hex digits, most significant first (:func:`to_hex`).
 """
@@ -25,6 +27,7 @@ import numpy.typing as npt
 BITS = 64
 HEX_DIGITS = BITS // 4
 _HEX = frozenset("0123456789abcdef")
+ROWS_AT_ONCE = 1 << 16
 
 
 def simhash64(hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.float64]) -> int:
@@ -36,9 +39,10 @@ def simhash64(hashes: npt.NDArray[np.uint64], weights: npt.NDArray[np.float64]) 
         raise ValueError(f"{hashes.shape[0]} hashes but {weights.shape[0]} weights")
     if hashes.size == 0:
         return 0
-    octets = hashes.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
-    bit_matrix = np.unpackbits(octets, axis=1, bitorder="little")
-    ones_weight = weights @ bit_matrix
+    ones_weight = np.zeros(BITS)
+    for start in range(0, hashes.size, ROWS_AT_ONCE):
+        octets = hashes[start:start + ROWS_AT_ONCE].astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
+        ones_weight += weights[start:start + ROWS_AT_ONCE] @ np.unpackbits(octets, axis=1, bitorder="little")
     bits = (2.0 * ones_weight > weights.sum()).astype(np.uint8)
     return int(np.packbits(bits, bitorder="little").view("<u8")[0])
 

@@ -1,4 +1,5 @@
-"""The stream runtime: batched consume, one Kafka transaction per batch, state applied after commit.
+"""The stream runtime: batched consume, one Kafka transaction per batch (or per part of a batch that
+runs long, see :meth:`Engine._run_batch`), state applied after commit.
 
 Why this design (docs/decisions/0001-stream-runtime.md has the measurements): a "seen" mark must
 never survive when the output it stands for was lost. Each batch therefore goes through four named
@@ -8,7 +9,8 @@ steps, and only the last touches local state:
    than per-message ``poll`` from Python), read_committed.
 2. ``_process`` each record inside an open transaction: input topics are routed to the shard topic,
    shard records are decided against :class:`BatchState` (store + in-memory writes of this batch);
-   a bad record becomes a dead letter in the same transaction.
+   a bad record becomes a dead letter in the same transaction, and so does a record whose output
+   would exceed its topic's size limit (``output_too_large``; see :meth:`Engine._check_sizes`).
 3. ``_commit``: the batch's state writes go to the changelog, the consumed offsets are added with
    ``send_offsets_to_transaction`` (KIP-447: the group generation fences zombies), and the
    transaction commits. Outputs, changelog and offsets become visible together or not at all.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streams import records
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.recovery import recover
 from streams.runtime.stage import BatchState, Emit, Preparing, Stage
 from streams.runtime.store import PartitionStore, RocksStore
@@ -89,7 +91,10 @@ class Engine:
 
     def __init__(self, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings, group: str,
                  changelog_topic: str, dead_letter_topic: str,
-                 store_factory: StoreFactory | None = None) -> None:
+                 store_factory: StoreFactory | None = None,
+                 output_limits: Mapping[str, int] | None = None) -> None:
+        """``output_limits``: the largest key plus value each topic takes (from
+        :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default."""
         self.stage = stage
         self.kafka = kafka
         self.group = group
@@ -115,8 +120,11 @@ class Engine:
             "group.instance.id": settings.worker_id,
             "session.timeout.ms": 30_000,
         }))
+        self._limits = dict(output_limits or {})
+        self._default_limit = CLIENT_MAX_MESSAGE_BYTES - RECORD_OVERHEAD
+        largest = max([self._default_limit, *self._limits.values()]) + RECORD_OVERHEAD
         self._producer = Producer(self.kafka.transactional_producer(
-            f"{group}.{settings.worker_id}", settings.transaction_timeout_s))
+            f"{group}.{settings.worker_id}", settings.transaction_timeout_s, max_message_bytes=largest))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -151,10 +159,22 @@ class Engine:
                         observer.batch_done(self)
                 elif self._idle(idle_exit_s):
                     break
-        finally:
+        except BaseException:
+            self._close_after_failure(observer)
+            raise
+        if observer is not None:
+            observer.stopped(self)
+        self._close()
+
+    def _close_after_failure(self, observer: EngineObserver | None) -> None:
+        """Clean up after an error without letting a second error (a fenced producer's flush, a
+        closed store) replace the first one in the worker's last words."""
+        try:
             if observer is not None:
                 observer.stopped(self)
             self._close()
+        except Exception:  # noqa: BLE001 - the original error is re-raised by the caller
+            log.exception("clean-up after the failure above also failed")
 
     def _idle(self, idle_exit_s: float | None) -> bool:
         """Idle time counts from the last batch or the last assignment, never from start-up."""
@@ -221,26 +241,53 @@ class Engine:
         return batch
 
     def _run_batch(self, batch: list[Message]) -> None:
-        began = time.perf_counter()
-        self._producer.begin_transaction()
-        try:
-            states = self._process(batch)
-            changelog_ends = self._commit(batch, states)
-        except KafkaException as error:
-            self._abort(batch, error)
-            return
-        self._apply(states, changelog_ends)
-        self.counters.batches += 1
-        self.counters.consumed += len(batch)
-        self.counters.last_batch_s = time.perf_counter() - began
-        self.counters.last_batch_oldest_ms = _oldest_timestamp_ms(batch)
+        """Steps 2 to 4 for a consumed batch: in one transaction, or in several when it runs long.
+
+        The broker aborts a transaction left open past ``transaction_timeout_s`` and fences the
+        producer, so a batch of slow records (large pages: seconds each) would fail on every retry.
+        Past a third of the timeout, the records processed so far are committed and the rest of
+        the batch goes on in a new transaction, leaving the last record and the commit the rest.
+        """
+        self._prepare(batch)
+        budget_s, start = self.settings.transaction_timeout_s / 3, 0
+        while start < len(batch):
+            began = time.perf_counter()
+            self._producer.begin_transaction()
+            try:
+                states, done = self._process_until(batch, start, began + budget_s)
+                part = batch[start:start + done]
+                changelog_ends = self._commit(part, states)
+            except KafkaException as error:
+                self._abort(batch[start:], error)
+                return
+            self._apply(states, changelog_ends)
+            self.counters.batches += 1
+            self.counters.consumed += len(part)
+            self.counters.last_batch_s = time.perf_counter() - began
+            self.counters.last_batch_oldest_ms = _oldest_timestamp_ms(part)
+            start += done
+
+    def _prepare(self, batch: list[Message]) -> None:
+        if isinstance(self.stage, Preparing):
+            state_topic = self.stage.state_topic
+            self.stage.prepare([message for message in batch if message.topic() != state_topic])
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
+        """Step 2 for a whole batch (the unit tests drive it directly)."""
+        self._prepare(batch)
+        return self._process_until(batch, 0, None)[0]
+
+    def _process_until(self, batch: list[Message], start: int,
+                       deadline: float | None) -> tuple[dict[int, BatchState], int]:
+        """Process ``batch`` from ``start`` until its end or, after at least one record, until
+        ``deadline`` (``time.perf_counter``); return the states and how many records were done."""
         states: dict[int, BatchState] = {}
         state_topic = self.stage.state_topic
-        if isinstance(self.stage, Preparing):
-            self.stage.prepare([message for message in batch if message.topic() != state_topic])
-        for message in batch:
+        done = 0
+        for message in batch[start:]:
+            if done and deadline is not None and time.perf_counter() > deadline:
+                break
+            done += 1
             try:
                 if message.topic() == state_topic:
                     partition = message.partition()
@@ -251,6 +298,7 @@ class Engine:
                     emits = self.stage.process(message, state)
                 else:
                     emits = self.stage.route(message)
+                self._check_sizes(emits)
             except RecordRejected as rejected:
                 emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
@@ -260,7 +308,25 @@ class Engine:
                               message.offset())
                 emits = [self._dead_letter(message, "processing_error", repr(error))]
             self._produce(emits)
-        return states
+        return states, done
+
+    def _check_sizes(self, emits: list[Emit]) -> None:
+        """Refuse a record's output when any of it exceeds its topic's limit, before any is produced.
+
+        Produced, it would fail: librdkafka refuses a record over ``message.max.bytes`` at once, and
+        the broker one over the topic's ``max.message.bytes`` at commit, which aborts the batch; the
+        batch would then be retried and fail again forever. A dead letter ``output_too_large``
+        instead names the input record. State writes a shard record made before its output was
+        refused stand (the decision was taken; only its output is missing, and the dead letter
+        says so).
+        """
+        limits, default = self._limits, self._default_limit
+        for emit in emits:
+            size = len(emit.value or b"") + len(emit.key or b"")
+            limit = limits.get(emit.topic, default)
+            if size > limit:
+                raise RecordRejected("output_too_large", f"a record of {size} bytes for {emit.topic}, "
+                                                         f"whose limit is {limit} bytes")
 
     def _produce(self, emits: list[Emit]) -> None:
         produce = self._producer.produce

@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # re-exported by confluent_kafka.admin, undeclared
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
 from streams.errors import BrokerError, ConfigError, ShardCountMismatch
@@ -25,6 +26,13 @@ from streams.errors import BrokerError, ConfigError, ShardCountMismatch
 log = logging.getLogger(__name__)
 
 PARTITIONER = "murmur2_random"
+# What the broker counts beyond a lone record's key and value when it compares a batch with a topic's
+# max.message.bytes: the batch header (61 bytes) and the record's varints, rounded up generously.
+# librdkafka sends a batch uncompressed when compression would grow it, so compression adds nothing.
+RECORD_OVERHEAD = 1024
+CLIENT_MAX_MESSAGE_BYTES = 1_000_000   # librdkafka's default message.max.bytes
+TOPIC_MAX_MESSAGE_BYTES = 1_048_588    # the broker's default max.message.bytes
+LIBRDKAFKA_MAX_MESSAGE_BYTES = 1_000_000_000  # the largest message.max.bytes librdkafka accepts
 
 
 @dataclass(frozen=True)
@@ -43,12 +51,26 @@ class KafkaConfig:
         return {"partitioner": PARTITIONER, "linger.ms": 5, "compression.type": "lz4",
                 **self._base(), **extra}
 
-    def transactional_producer(self, transactional_id: str, timeout_s: float) -> dict[str, Any]:
-        return self.producer(**{
+    def transactional_producer(self, transactional_id: str, timeout_s: float,
+                               max_message_bytes: int | None = None) -> dict[str, Any]:
+        """``max_message_bytes`` raises librdkafka's ``message.max.bytes`` (1 MB by default, past
+        which ``produce`` refuses a record), unless the pass-through settings set it themselves."""
+        extra: dict[str, Any] = {
             "transactional.id": transactional_id,
             "enable.idempotence": True,
             "transaction.timeout.ms": int(timeout_s * 1000),
-        })
+        }
+        if max_message_bytes is not None and "message.max.bytes" not in self.client:
+            extra["message.max.bytes"] = min(max_message_bytes, LIBRDKAFKA_MAX_MESSAGE_BYTES)
+        return self.producer(**extra)
+
+    def client_max_message_bytes(self) -> int | None:
+        """The pass-through ``message.max.bytes``, if the operator set one (it caps every record)."""
+        value = self.client.get("message.max.bytes")
+        try:
+            return int(value) if value is not None else None
+        except ValueError as error:
+            raise ConfigError(f"message.max.bytes must be an integer, not {value!r}") from error
 
     def consumer(self, group_id: str, **extra: Any) -> dict[str, Any]:
         """Pass-through settings may tune a consumer but not loosen exactly-once: the group, manual
@@ -110,6 +132,37 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
                 raise ConfigError(f"cannot create topic {name}: {error}") from error
     _wait_until_visible(admin, [spec.name for spec in missing], timeout_s)
     log.info("created topics %s", ", ".join(s.name for s in missing))
+
+
+def output_limits(kafka: KafkaConfig, topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, int]:
+    """The largest key plus value a worker may write to each of ``topics``.
+
+    That is the topic's ``max.message.bytes`` (which the broker enforces on the batch, turning a
+    larger record into an error that fails the whole transaction) less :data:`RECORD_OVERHEAD`,
+    and never more than a ``message.max.bytes`` set by the operator (which librdkafka enforces
+    before sending). A topic whose configuration cannot be read (no DescribeConfigs permission) is
+    taken to have the broker's default, which errs on the side of a dead letter.
+    """
+    names = list(dict.fromkeys(topics))
+    if not names:
+        return {}
+    admin = AdminClient(kafka.admin())
+    futures = admin.describe_configs([ConfigResource("topic", name) for name in names],
+                                     request_timeout=timeout_s)
+    client = kafka.client_max_message_bytes()
+    limits: dict[str, int] = {}
+    for resource, future in futures.items():
+        try:
+            topic_limit = int(future.result()["max.message.bytes"].value)
+        except (KafkaException, KeyError, ValueError) as error:
+            log.warning("max.message.bytes of %s unreadable (%s): assuming %d", resource.name, error,
+                        TOPIC_MAX_MESSAGE_BYTES)
+            topic_limit = TOPIC_MAX_MESSAGE_BYTES
+        if client is not None:
+            topic_limit = min(topic_limit, client)
+        limits[resource.name] = topic_limit - RECORD_OVERHEAD
+    admin.poll(0)  # serve the request's last event, which librdkafka would otherwise log as unserved
+    return limits
 
 
 def _wait_until_visible(admin: AdminClient, names: list[str], timeout_s: float) -> None:

@@ -4,6 +4,13 @@ The shard count is checked twice before any record is read, because state partit
 cannot be reinterpreted under another count: against the existing shard and changelog topics
 (:func:`~streams.runtime.kafka_io.ensure_topics`) and against the ``SHARDS`` file kept beside the
 worker's local stores (a state directory restored from another deployment).
+
+Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
+pass large records on (the page stage writes a page's body to its shard topic, its changelog and
+``unique-pages``). So every topic a stage creates gets a ``max.message.bytes`` of
+``max_record_bytes`` plus :data:`OUTPUT_HEADROOM` (the fields a stage adds), not the broker's 1 MB
+default; and the engine learns each written topic's actual limit, existing topics included, so a
+record whose output would not fit becomes a dead letter instead of failing its batch forever.
 """
 
 from __future__ import annotations
@@ -15,10 +22,21 @@ from pathlib import Path
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch
 from streams.runtime.engine import Engine, EngineObserver, StoreFactory, stage_dir
-from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
+from streams.runtime.kafka_io import (
+    COMPACTED,
+    RECORD_OVERHEAD,
+    KafkaConfig,
+    TopicSpec,
+    ensure_topics,
+    output_limits,
+)
 from streams.runtime.stage import Stage
 from streams.runtime.store import private_dir
 from streams.topics import Topics
+
+# What a stage adds to the largest input record it passes on: a page's SimHash and digests, a URL's
+# canonical form, host and fingerprint (each at most a few kilobytes), with a wide margin.
+OUTPUT_HEADROOM = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +62,11 @@ def check_local_shards(directory: Path, shards: int) -> None:
         )
 
 
+def topic_size_config(max_record_bytes: int) -> dict[str, str]:
+    """The ``max.message.bytes`` of the topics a stage creates: its largest input and what it adds."""
+    return {"max.message.bytes": str(max_record_bytes + OUTPUT_HEADROOM + RECORD_OVERHEAD)}
+
+
 def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
               store_factory: StoreFactory | None = None,
@@ -56,16 +79,22 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     topics = Topics(topic_settings.prefix)
     changelog = topics.changelog(settings.app_id, stage.name)
     check_local_shards(stage_dir(settings, stage.name), settings.shards)
-    specs = [TopicSpec(name, topic_settings.input_partitions) for name in io.inputs]
-    specs += [TopicSpec(name, topic_settings.input_partitions) for name in io.outputs]
+    sized = topic_size_config(settings.max_record_bytes)
+    specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.inputs]
+    specs += [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.outputs]
     specs += [
-        TopicSpec(topics.dead_letters, 1),
-        TopicSpec(stage.state_topic, settings.shards, fixed_partitions=True),
-        TopicSpec(changelog, settings.shards, COMPACTED, fixed_partitions=True),
+        TopicSpec(topics.dead_letters, 1, sized),
+        TopicSpec(stage.state_topic, settings.shards, sized, fixed_partitions=True),
+        TopicSpec(changelog, settings.shards, {**COMPACTED, **sized}, fixed_partitions=True),
     ]
     ensure_topics(kafka, specs, topic_settings.replication_factor)
+    limits = output_limits(kafka, [*io.outputs, topics.dead_letters, stage.state_topic, changelog])
+    # A shard record may become state (the page stage keeps a waiting page as it came), and state
+    # goes to the changelog: a shard record must fit both.
+    limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
     group = topics.group(settings.app_id, stage.name)
-    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, store_factory)
+    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, store_factory,
+                    output_limits=limits)
     engine.install_signal_handlers()
     engine.run(idle_exit_s=idle_exit_s, observer=observer(engine) if observer is not None else None)
     return engine
