@@ -109,6 +109,7 @@ class KillReport:
     kills: int = 0
     restarts: int = 0
     kill_points: list[int] = field(default_factory=list)
+    exits: int = 0  # the worker exited on its own (then restarted, as a supervisor would)
     seconds: float = 0.0
     first_progress_at: float | None = None  # seconds from the first start to the first commit
     first_progress_records: int = 0
@@ -157,9 +158,12 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
                 raise TimeoutError(f"no progress to {target} in time; see {log_path}")
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.4))
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        report.kills += 1
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            report.kills += 1
+        else:
+            report.exits += 1  # died before its kill: the caller's kill count will say so
         process = _spawn(command, log_path)
         report.restarts += 1
         report.kill_points.append(progress())
@@ -168,6 +172,7 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
             process.kill()
             raise TimeoutError(f"worker did not finish in time; see {log_path}")
         if process.poll() is not None:
+            report.exits += 1
             process = _spawn(command, log_path)
             report.restarts += 1
         time.sleep(0.2)

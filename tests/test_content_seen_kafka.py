@@ -114,7 +114,7 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
         command, lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),
         len(pages), 3, tmp_path / "worker.log", timeout_s=400,
         done=lambda: len(_verdicts(kafka, topics)) >= len(pages))
-    assert report.kills == 3
+    assert (report.kills, report.exits) == (3, 0), report
     verdicts = _verdicts(kafka, topics)
     assert sorted(v["url"] for v in verdicts) == sorted(page.url for page in pages)  # once each
     unique = {v["url"] for v in verdicts if v["verdict"] == "unique"}

@@ -29,7 +29,7 @@ def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path:
     env_command = _with_bootstrap(kafka, command)
     progress = lambda: h.committed_total(kafka, f"{prefix}app.first-seen", source, 4)  # noqa: E731
     report = h.run_with_kills(env_command, progress, len(keys), KILLS, tmp_path / "worker.log", timeout_s=300)
-    assert report.kills == KILLS
+    assert (report.kills, report.exits) == (KILLS, 0), report
     result = h.verdict(set(keys), h.read_all(kafka, sink))
     assert result == {"expected": 21_000, "emitted_distinct": 21_000, "lost": 0, "doubled": 0,
                       "unexpected": 0}
@@ -50,7 +50,7 @@ def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: 
         lambda: h.committed_total(kafka, f"{prefix}app.url-dedup", topics.frontier, 3),
         len(stream), KILLS, tmp_path / "worker.log", timeout_s=300,
         done=lambda: h.caught_up(kafka, f"{prefix}app.url-dedup", shards))
-    assert report.kills == KILLS
+    assert (report.kills, report.exits) == (KILLS, 0), report
     counts = h.read_all(kafka, topics.new_urls,
                         value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
     assert h.verdict({u.encode() for u in urls}, counts) == {

@@ -47,7 +47,7 @@ def test_revisit_survives_sigkills_with_one_update_per_fetch(kafka: KafkaConfig,
         command, lambda: h.committed_total(kafka, group, topics.fetched_pages, PARTITIONS), len(fetches), 3,
         tmp_path / "worker.log", timeout_s=300,
         done=lambda: h.caught_up(kafka, group, topics.shards("app", "revisit")))
-    assert report.kills == 3
+    assert (report.kills, report.exits) == (3, 0), report
     updates = [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.revisit_updates)]
     assert Counter(u["url"] for u in updates) == Counter(f["url"] for f in fetches)
     # per URL, fetches are decided in order, so the change decisions are the offline run's

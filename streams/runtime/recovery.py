@@ -17,13 +17,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.errors import RuntimeFailure, StateError
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.store import PartitionStore
 
 log = logging.getLogger(__name__)
+
+# Partition states a broker passes through after a restart or a leader election.
+_TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                        KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+                        KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 APPLY_CHUNK = 20_000
 
@@ -95,7 +100,7 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     pending: dict[int, _Pending] = {}
     assignment = []
     for partition, store in stores.items():
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        low, high = _watermarks(consumer, TopicPartition(topic, partition))
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
             pending[partition] = _Pending(store)
@@ -103,6 +108,29 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     if assignment:
         consumer.assign(assignment)
     return pending
+
+
+def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
+    """The changelog partition's offsets, retried through transient broker states.
+
+    Right after a restart or a leader move the broker answers ``NOT_LEADER_FOR_PARTITION`` or
+    ``LEADER_NOT_AVAILABLE`` for a moment; failing there killed the worker on its way up (seen in
+    the SIGKILL test, 1 run in about 10).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(partition, timeout=10)
+            return low, high
+        except KafkaException as error:
+            kafka_error: KafkaError = error.args[0]
+            if not kafka_error.retriable() and kafka_error.code() not in _TRANSIENT:
+                raise
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"changelog {partition.topic}[{partition.partition}] has no "
+                                     f"leader after {timeout_s:.0f} s: {kafka_error}") from error
+            log.warning("changelog %s[%d]: %s; retrying", partition.topic, partition.partition, kafka_error)
+            time.sleep(0.5)
 
 
 def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadline: float) -> None:
@@ -119,5 +147,7 @@ def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadli
             elif error.code() == KafkaError._PARTITION_EOF:
                 pending[partition].flush()
                 open_partitions.discard(partition)
-            else:
+            elif error.fatal():
                 raise RuntimeFailure(f"reading changelog {topic}[{partition}]: {error}")
+            else:  # librdkafka retries these itself (a leader move); the deadline bounds the wait
+                log.warning("reading changelog %s[%s]: %s", topic, partition, error)
