@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from bench import harness as h
 from streams import simweb
@@ -103,8 +104,9 @@ def test_offline_mode_gives_one_verdict_per_line_in_order(kafka: KafkaConfig, tm
     _check_against_plan(pages, verdicts, verdicts)
 
 
-def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
-    """All pages at once (copies race their originals), 3 SIGKILLs: one verdict each, no cluster lost."""
+@pytest.mark.parametrize("kills", [3, pytest.param(20, marks=pytest.mark.slow, id="20-kills")])
+def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int) -> None:
+    """All pages at once (copies race their originals), SIGKILLs: one verdict each, no cluster lost."""
     topics = Topics(prefix)
     pages = simweb.crawl(seed=11, articles=120)
     _produce_crawl(kafka, topics, pages)
@@ -112,9 +114,9 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     group = f"{prefix}app.content-seen"
     report = h.run_with_kills(
         command, lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),
-        len(pages), 3, tmp_path / "worker.log", timeout_s=400,
+        len(pages), kills, tmp_path / "worker.log", timeout_s=1200,
         done=lambda: len(_verdicts(kafka, topics)) >= len(pages))
-    assert (report.kills, report.exits) == (3, 0), report
+    assert (report.kills, report.exits) == (kills, 0), report
     verdicts = _verdicts(kafka, topics)
     assert sorted(v["url"] for v in verdicts) == sorted(page.url for page in pages)  # once each
     unique = {v["url"] for v in verdicts if v["verdict"] == "unique"}

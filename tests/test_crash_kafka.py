@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
@@ -18,7 +19,11 @@ from streams.topics import Topics
 KILLS = 3
 
 
-def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+KILL_COUNTS = [KILLS, pytest.param(20, marks=pytest.mark.slow, id="20-kills")]
+
+
+@pytest.mark.parametrize("kills", KILL_COUNTS)
+def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int) -> None:
     source, sink = f"{prefix}in", f"{prefix}out"
     h.create_topics(kafka, [source, sink], 4)
     keys = h.keyed_stream(distinct=21_000, total=30_000)
@@ -28,14 +33,15 @@ def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path:
                "--topic-prefix", prefix, "--batch-max-messages", "500"]
     env_command = _with_bootstrap(kafka, command)
     progress = lambda: h.committed_total(kafka, f"{prefix}app.first-seen", source, 4)  # noqa: E731
-    report = h.run_with_kills(env_command, progress, len(keys), KILLS, tmp_path / "worker.log", timeout_s=300)
-    assert (report.kills, report.exits) == (KILLS, 0), report
+    report = h.run_with_kills(env_command, progress, len(keys), kills, tmp_path / "worker.log", timeout_s=900)
+    assert (report.kills, report.exits) == (kills, 0), report
     result = h.verdict(set(keys), h.read_all(kafka, sink))
     assert result == {"expected": 21_000, "emitted_distinct": 21_000, "lost": 0, "doubled": 0,
                       "unexpected": 0}
 
 
-def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kills", KILL_COUNTS)
+def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int) -> None:
     topics = Topics(prefix)
     h.create_topics(kafka, [topics.frontier], 3)
     urls = [f"http://host{i % 50}.example/item/{i}" for i in range(12_000)]
@@ -48,9 +54,9 @@ def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: 
     report = h.run_with_kills(
         _with_bootstrap(kafka, command),
         lambda: h.committed_total(kafka, f"{prefix}app.url-dedup", topics.frontier, 3),
-        len(stream), KILLS, tmp_path / "worker.log", timeout_s=300,
+        len(stream), kills, tmp_path / "worker.log", timeout_s=900,
         done=lambda: h.caught_up(kafka, f"{prefix}app.url-dedup", shards))
-    assert (report.kills, report.exits) == (KILLS, 0), report
+    assert (report.kills, report.exits) == (kills, 0), report
     counts = h.read_all(kafka, topics.new_urls,
                         value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
     assert h.verdict({u.encode() for u in urls}, counts) == {

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from bench import harness as h
 from streams import records
@@ -33,8 +34,9 @@ def _fetches(urls: int = 300, rounds: int = 3) -> list[dict[str, Any]]:
     return out
 
 
+@pytest.mark.parametrize("kills", [3, pytest.param(20, marks=pytest.mark.slow, id="20-kills")])
 def test_revisit_survives_sigkills_with_one_update_per_fetch(kafka: KafkaConfig, prefix: str,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, kills: int) -> None:
     topics = Topics(prefix)
     fetches = _fetches()
     h.create_topics(kafka, [topics.fetched_pages], PARTITIONS)
@@ -44,10 +46,10 @@ def test_revisit_survives_sigkills_with_one_update_per_fetch(kafka: KafkaConfig,
                "--state-dir", str(tmp_path / "state"), "--shards", "4", "--batch-max-messages", "100"]
     group = topics.group("app", "revisit")
     report = h.run_with_kills(
-        command, lambda: h.committed_total(kafka, group, topics.fetched_pages, PARTITIONS), len(fetches), 3,
-        tmp_path / "worker.log", timeout_s=300,
+        command, lambda: h.committed_total(kafka, group, topics.fetched_pages, PARTITIONS), len(fetches),
+        kills, tmp_path / "worker.log", timeout_s=1200,
         done=lambda: h.caught_up(kafka, group, topics.shards("app", "revisit")))
-    assert (report.kills, report.exits) == (3, 0), report
+    assert (report.kills, report.exits) == (kills, 0), report
     updates = [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.revisit_updates)]
     assert Counter(u["url"] for u in updates) == Counter(f["url"] for f in fetches)
     # per URL, fetches are decided in order, so the change decisions are the offline run's
