@@ -14,15 +14,19 @@ Used twice: by every worker (a background thread measures the partitions assigne
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported in the typed stubs
 
 from streams.errors import BrokerError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +44,34 @@ class PartitionLag:
         return max(self.end - position, 0)
 
 
-def group_lag(admin: AdminClient, group: str, partitions: Sequence[tuple[str, int]],
+def group_lag(admin: AdminClient, reader: Consumer, group: str, partitions: Sequence[tuple[str, int]],
               timeout_s: float = 10.0) -> list[PartitionLag]:
-    """Lag of ``group`` on each ``(topic, partition)``: two batched admin requests, no consumer."""
+    """Lag of ``group`` on each ``(topic, partition)``.
+
+    ``reader`` is a consumer configured with the group's id that never subscribes (so it never
+    joins the group): its ``committed()`` reads the group's offsets. The admin client's
+    ``list_consumer_group_offsets`` would do the same in one call, but librdkafka 2.16 crashes the
+    process in it when the coordinator moves (a broker restart: librdkafka #5040, seen as SIGSEGV
+    in workers), and a metrics thread must never take its worker down.
+    """
     if not partitions:
         return []
     wanted = [TopicPartition(topic, partition) for topic, partition in partitions]
     try:
-        committed = _committed(admin, group, wanted, timeout_s)
+        committed = _committed(reader, wanted, timeout_s)
         starts = _offsets(admin, wanted, OffsetSpec.earliest(), timeout_s)  # type: ignore[no-untyped-call]
         ends = _offsets(admin, wanted, OffsetSpec.latest(), timeout_s)  # type: ignore[no-untyped-call]
-    except KafkaException as error:
-        raise BrokerError(f"cannot measure the lag of {group}: {error}") from error
+    except (KafkaException, FutureTimeout) as error:
+        raise BrokerError(f"cannot measure the lag of {group}: {error!r}") from error
     return [PartitionLag(group, topic, partition, committed.get((topic, partition)),
                          starts[(topic, partition)], ends[(topic, partition)])
             for topic, partition in partitions]
 
 
-def _committed(admin: AdminClient, group: str, wanted: list[TopicPartition],
+def _committed(reader: Consumer, wanted: list[TopicPartition],
                timeout_s: float) -> dict[tuple[str, int], int]:
-    request = [ConsumerGroupTopicPartitions(group, wanted)]
-    result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result(timeout_s)
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    found = reader.committed(wanted, timeout=timeout_s)
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
 
 def _offsets(admin: AdminClient, wanted: list[TopicPartition], spec: OffsetSpec,
@@ -90,9 +100,10 @@ class LagMonitor:
     is safe to read from here).
     """
 
-    def __init__(self, admin: AdminClient, group: str, assigned: Callable[[], Sequence[tuple[str, int]]],
+    def __init__(self, admin: AdminClient, reader: Consumer, group: str,
+                 assigned: Callable[[], Sequence[tuple[str, int]]],
                  report: Callable[[list[PartitionLag]], None], interval_s: float) -> None:
-        self._admin, self._group, self._assigned = admin, group, assigned
+        self._admin, self._reader, self._group, self._assigned = admin, reader, group, assigned
         self._report, self._interval_s = report, interval_s
         self._stop = threading.Event()
         self.errors = 0
@@ -103,12 +114,16 @@ class LagMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._interval_s + 15)
+        self._reader.close()
 
     def measure_once(self) -> None:
         try:
-            self._report(group_lag(self._admin, self._group, self._assigned()))
-        except BrokerError:
-            self.errors += 1  # the next round tries again; the gauges keep their last values
+            self._report(group_lag(self._admin, self._reader, self._group, self._assigned()))
+        except Exception:  # noqa: BLE001 - the thread must outlive a broker outage; next round retries
+            self.errors += 1
+            log.debug("lag measurement failed", exc_info=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):

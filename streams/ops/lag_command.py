@@ -11,10 +11,12 @@ import sys
 from typing import Any
 
 import orjson
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from streams import config
 from streams.ops.lag import PartitionLag, group_lag, topic_partitions
+from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 
 STAGE_INPUTS = {"url-dedup": "frontier", "content-seen": "fetched_pages", "revisit": "fetched_pages"}
@@ -25,11 +27,17 @@ def stage_topics(topics: Topics, app_id: str, stage: str) -> list[str]:
     return [getattr(topics, STAGE_INPUTS[stage]), topics.shards(app_id, stage)]
 
 
-def measure(admin: AdminClient, topics: Topics, app_id: str, stages: list[str]) -> list[PartitionLag]:
+def measure(kafka: KafkaConfig, admin: AdminClient, topics: Topics, app_id: str,
+            stages: list[str]) -> list[PartitionLag]:
     lags: list[PartitionLag] = []
     for stage in stages:
         partitions = topic_partitions(admin, stage_topics(topics, app_id, stage))
-        lags.extend(group_lag(admin, topics.group(app_id, stage), partitions))
+        group = topics.group(app_id, stage)
+        reader = Consumer(kafka.consumer(group))  # never subscribes, so it never joins the group
+        try:
+            lags.extend(group_lag(admin, reader, group, partitions))
+        finally:
+            reader.close()
     return lags
 
 
@@ -56,8 +64,9 @@ def _handler(args: argparse.Namespace) -> int:
 
     app_id = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id).app_id
     prefix = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix
-    admin = AdminClient(kafka_config(args).admin())
-    lags = measure(admin, Topics(prefix), app_id, args.stage or list(STAGE_INPUTS))
+    kafka = kafka_config(args)
+    stages = args.stage or list(STAGE_INPUTS)
+    lags = measure(kafka, AdminClient(kafka.admin()), Topics(prefix), app_id, stages)
     if args.json:
         for lag in lags:
             row: dict[str, Any] = {"group": lag.group, "topic": lag.topic, "partition": lag.partition,

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -166,8 +167,9 @@ class MetricsEndpoint:
         self.metrics = WorkerMetrics(engine.stage.name)
         self.port = serve(self.metrics.registry, settings.host,
                           settings.port or DEFAULT_PORTS.get(engine.stage.name, 9419))
-        self._lag = LagMonitor(AdminClient(engine.kafka.admin()), engine.group, lambda: engine.assignment,
-                               self.metrics.report_lag, settings.lag_interval_s)
+        reader = Consumer(engine.kafka.consumer(engine.group))  # never subscribes: reads commits only
+        self._lag = LagMonitor(AdminClient(engine.kafka.admin()), reader, engine.group,
+                               lambda: engine.assignment, self.metrics.report_lag, settings.lag_interval_s)
 
     def started(self, engine: Engine) -> None:
         self.metrics.started(engine)

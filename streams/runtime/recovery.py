@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # Partition states a broker passes through after a restart or a leader election.
 _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
-                        KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
+                        KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
 
 APPLY_CHUNK = 20_000
 
