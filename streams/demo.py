@@ -83,7 +83,8 @@ def generate(distinct: int = 5_000, repeats: int = 15_000, seed: int = 1) -> Pla
     return PlantedCrawl(records, distinct, len(malformed), sum(1 for _, spelling in found if spelling))
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on now (the demo's metrics endpoints; the tests' too)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -130,7 +131,7 @@ def run() -> int:
     kafka = KafkaConfig(external or broker.bootstrap, config.kafka_client_settings())
     topics = Topics(f"demo-{time.strftime('%H%M%S')}.")
     ensure_topics(kafka, [TopicSpec(topics.frontier, 4), TopicSpec(topics.fetched_pages, 4)])
-    ports = {stage: _free_port() for stage in STAGES}
+    ports = {stage: free_port() for stage in STAGES}
     with tempfile.TemporaryDirectory(prefix="demo-state-") as state:
         workers = _workers(kafka, topics, state, ports)
         print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)}); metrics "

@@ -7,7 +7,6 @@ consumer lag is non-zero for a while; the test scrapes ``/metrics`` until it see
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,18 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import harness as h
 from streams import config
+from streams.demo import free_port
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from tests.conftest import PROJECT_ROOT, run_cli
 
 BACKLOG = 60_000
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -49,7 +42,7 @@ def test_metrics_endpoint_serves_lag_during_a_run(kafka: KafkaConfig, prefix: st
     h.create_topics(kafka, [topics.frontier], 4)
     h.produce(kafka, topics.frontier, ((None, orjson.dumps({"url": f"http://h{i % 50}.example/{i % 20_000}"}))
                                         for i in range(BACKLOG)))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers, "STREAMS_METRICS_PORT": str(port),
            "STREAMS_METRICS_LAG_INTERVAL_S": "0.3"}
     worker = subprocess.Popen(

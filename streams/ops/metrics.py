@@ -51,6 +51,14 @@ BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 AGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
+def duplicate_ratio(decisions: Mapping[str, int]) -> float | None:
+    """Duplicate decisions over all decisions (``None`` before the first): the gauge and the demo."""
+    total = sum(decisions.values())
+    if not total:
+        return None
+    return sum(n for name, n in decisions.items() if name in DUPLICATE_DECISIONS) / total
+
+
 class WorkerMetrics:
     """The series of one worker, in a registry of its own (tests run several in one process)."""
 
@@ -102,10 +110,9 @@ class WorkerMetrics:
                 self.record_age.labels(self.stage).observe(age_s)
         decisions: Mapping[str, int] = getattr(engine.stage, "decisions", {})
         self._advance("decisions", decisions)
-        total = sum(decisions.values())
-        if total:
-            duplicates = sum(n for name, n in decisions.items() if name in DUPLICATE_DECISIONS)
-            self.duplicate_ratio.labels(self.stage).set(duplicates / total)
+        ratio = duplicate_ratio(decisions)
+        if ratio is not None:
+            self.duplicate_ratio.labels(self.stage).set(ratio)
         if time.monotonic() - self._last_store_update > STORE_GAUGE_INTERVAL_S:
             self.update_store_gauges(engine)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-DUPLICATES = {"seen", "exact", "near", "unchanged"}
+from streams.ops.metrics import duplicate_ratio
 
 
 @dataclass
@@ -27,8 +27,7 @@ class StageProgress:
 
     @property
     def duplicate_ratio(self) -> float | None:
-        total = sum(self.decisions.values())
-        return sum(n for name, n in self.decisions.items() if name in DUPLICATES) / total if total else None
+        return duplicate_ratio(self.decisions)
 
 
 def scrape(port: int, input_topic: str, host: str = "127.0.0.1", timeout_s: float = 2.0) -> StageProgress:

@@ -26,18 +26,22 @@ from typing import Any, BinaryIO, Final, cast
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource  # re-exported by confluent_kafka.admin, undeclared
 
 from streams import config
 from streams.errors import ConfigError
 from streams.ops.warc import DEFAULT_MAX_LINKS, FETCHED_PAGES, FRONTIER, Item, Out, Skip, warc_items
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics
+from streams.runtime.kafka_io import (
+    CLIENT_MAX_MESSAGE_BYTES,
+    RECORD_OVERHEAD,
+    KafkaConfig,
+    TopicSpec,
+    ensure_topics,
+    output_limits,
+)
 from streams.topics import Topics
 
 AUTO: Final = "auto"
 LOOKAHEAD_LINES: Final = 100  # lines read, at most, to find the first valid one of a file
-CLIENT_MAX_BYTES: Final = 1_000_000  # librdkafka's default message.max.bytes, under the broker's 1 MiB
 HEADROOM: Final = 4096  # batch framing, and what a stage adds to a page (unique-pages: ~200 bytes)
 _PAGE_FIELDS: Final = frozenset({"body", "body_base64", "status", "headers", "content_type", "fetched_at"})
 _WARC_SUFFIXES: Final = (".warc", ".warc.gz")
@@ -170,7 +174,7 @@ class Sink:
                  tally: Counter[str]) -> None:
         self.producer = Producer(kafka.producer(**{
             "enable.idempotence": True, "linger.ms": 50,
-            "message.max.bytes": max(CLIENT_MAX_BYTES, max_bytes + HEADROOM)}))
+            "message.max.bytes": max(CLIENT_MAX_MESSAGE_BYTES, max_bytes + HEADROOM)}))
         self.topics, self.rate, self.tally = topics, rate, tally
         self.sent, self.started = 0, time.monotonic()
 
@@ -220,21 +224,16 @@ def record_limit(kafka: KafkaConfig, topics: list[str]) -> int:
     refuses a larger record before sending it, so a stage could not write a page's unique-pages
     record, which is the page and a little more)."""
     try:
-        client = int(kafka.client.get("message.max.bytes", CLIENT_MAX_BYTES))
-    except ValueError:
-        client = CLIENT_MAX_BYTES
+        client = kafka.client_max_message_bytes() or CLIENT_MAX_MESSAGE_BYTES
+    except ConfigError:
+        client = CLIENT_MAX_MESSAGE_BYTES
     return min([client, *_topic_limits(kafka, topics)]) - HEADROOM
 
 
 def _topic_limits(kafka: KafkaConfig, topics: list[str]) -> list[int]:
-    """Each topic's ``max.message.bytes``; none when the cluster does not say (no DescribeConfigs)."""
-    admin = AdminClient(kafka.admin())
-    try:
-        futures = admin.describe_configs([ConfigResource("topic", name) for name in topics],
-                                         request_timeout=15)
-        return [int(future.result()["max.message.bytes"].value) for future in futures.values()]
-    except (KafkaException, KeyError, ValueError, TypeError):
-        return []
+    """Each topic's ``max.message.bytes``, read the way the stages read it (the broker's default
+    when the cluster does not say, as a stage would assume)."""
+    return [limit + RECORD_OVERHEAD for limit in output_limits(kafka, topics).values()]
 
 
 def replay(names: list[str], sink: Sink, args: argparse.Namespace, max_bytes: int,
@@ -343,6 +342,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     command.add_argument("--max-record-bytes", type=int, default=None,
                          help="larger records (key and value) are reported and not produced (default: "
                               "the smaller of the topics' max.message.bytes and the clients' "
-                              f"message.max.bytes, {CLIENT_MAX_BYTES} unless set, less {HEADROOM}: what "
-                              "the stages can take and pass on)")
+                              f"message.max.bytes, {CLIENT_MAX_MESSAGE_BYTES} unless set, less "
+                              f"{HEADROOM}: what the stages can take and pass on)")
     command.set_defaults(handler=run)
