@@ -94,6 +94,11 @@ MEANINGS = {
         "seconds one consume call waits for a batch to fill",
     ("runtime", "transaction_timeout_s"):
         "the producer's `transaction.timeout.ms`, and how long a commit or abort may take",
+    ("runtime", "on_wedged"):
+        "what a worker does when a Kafka transaction call is still blocked 10 s past its timeout "
+        "(librdkafka can hang after a broker restart): `restart` replaces the process with a fresh "
+        "copy of itself, `exit` exits with status 75 for a supervisor; a pending SIGTERM always "
+        "exits (`streams/runtime/watchdog.py`)",
     ("runtime", "dead_letter_max_value_bytes"):
         "bytes of the original value kept in a dead letter; longer values are truncated "
         "(`value_truncated`)",

@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from streams.errors import ConfigError
 
@@ -49,6 +49,7 @@ class RuntimeSettings:
     batch_max_messages: int = 5000
     batch_max_wait_s: float = 0.25
     transaction_timeout_s: float = 30.0
+    on_wedged: Literal["restart", "exit"] = "restart"
     dead_letter_max_value_bytes: int = 512 * 1024
     max_record_bytes: int = 16 * 1024 * 1024
     rocksdb_block_cache_mb: int = 64

@@ -43,6 +43,7 @@ from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, 
 from streams.runtime.recovery import recover
 from streams.runtime.stage import BatchState, Emit, Preparing, Stage
 from streams.runtime.store import PartitionStore, RocksStore
+from streams.runtime.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,11 @@ class Counters:
 
 
 StoreFactory = Callable[[int], PartitionStore]
+
+# How long past its own timeout a transactional call may stay blocked before the watchdog calls the
+# client wedged (see streams/runtime/watchdog.py). librdkafka returns a timed-out call within a
+# second or two of its timeout; ten seconds more is a hang, not a slow broker.
+WEDGED_GRACE_S = 10.0
 
 
 class EngineObserver(Protocol):
@@ -125,6 +131,7 @@ class Engine:
         largest = max([self._default_limit, *self._limits.values()]) + RECORD_OVERHEAD
         self._producer = Producer(self.kafka.transactional_producer(
             f"{group}.{settings.worker_id}", settings.transaction_timeout_s, max_message_bytes=largest))
+        self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -135,6 +142,7 @@ class Engine:
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
         self._stopping = True
+        self._watchdog.request_stop()
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self.stop)
@@ -142,7 +150,9 @@ class Engine:
 
     def run(self, idle_exit_s: float | None = None, observer: EngineObserver | None = None) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
-        self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        self._watchdog.start()
+        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
+            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
         if observer is not None:
             observer.started(self)
         topics = [*self.stage.route_topics, self.stage.state_topic]
@@ -183,11 +193,16 @@ class Engine:
         return time.monotonic() - self._last_activity > idle_exit_s
 
     def _close(self) -> None:
-        self._consumer.close()
-        self._producer.flush(10)
-        for store in self._stores.values():
-            store.close()
-        self._stores.clear()
+        self._watchdog.request_stop()  # a close that wedges exits; it never restarts the worker
+        try:
+            with self._watchdog.guard("close", self.settings.transaction_timeout_s):
+                self._consumer.close()
+                self._producer.flush(10)
+            for store in self._stores.values():
+                store.close()
+            self._stores.clear()
+        finally:
+            self._watchdog.close()
 
     # -- rebalance ---------------------------------------------------------------------------
 
@@ -366,10 +381,12 @@ class Engine:
                 last = index == len(items) - 1
                 self._producer.produce(self.changelog_topic, value, key, partition=partition,
                                        on_delivery=remember if last else None)
-        self._producer.send_offsets_to_transaction(
-            self._offsets(batch), self._consumer.consumer_group_metadata(),
-            self.settings.transaction_timeout_s)
-        self._producer.commit_transaction(self.settings.transaction_timeout_s)
+        timeout_s = self.settings.transaction_timeout_s
+        with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
+            self._producer.send_offsets_to_transaction(
+                self._offsets(batch), self._consumer.consumer_group_metadata(), timeout_s)
+        with self._watchdog.guard("commit_transaction", timeout_s):
+            self._producer.commit_transaction(timeout_s)
         self._producer.poll(0)  # serve any delivery report commit_transaction left queued
         return changelog_ends
 
@@ -391,7 +408,8 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
-        self._producer.abort_transaction(self.settings.transaction_timeout_s)
+        with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
+            self._producer.abort_transaction(self.settings.transaction_timeout_s)
         self.counters.aborted_batches += 1
         first: dict[tuple[str, int], int] = {}
         for message in batch:

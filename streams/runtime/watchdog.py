@@ -1,0 +1,164 @@
+"""A watchdog for Kafka client calls that can block for ever, so a worker rides out a broker restart.
+
+Why it exists: with librdkafka 2.16 a transactional producer that lives through a broker restart
+can block in ``send_offsets_to_transaction`` (and behind it ``commit_transaction``) long past the
+timeout it was given: the restarted broker is marked decommissioned and the cached group
+coordinator is never queried again (librdkafka issues #5511 and #5456; reproduced here with a plain
+confluent-kafka producer and consumer). The call holds the worker's main thread in C, so neither
+the engine nor Python's signal handlers run again: the worker is wedged, holding its partitions,
+and SIGTERM has no effect.
+
+Nothing inside the process can unstick librdkafka, and a second producer with the same
+``transactional.id`` beside the wedged one would leave a thread that may still commit. So the
+watchdog does what an operator's supervisor would, from inside: the engine wraps each transactional
+call in :meth:`Watchdog.guard`; a daemon thread looks once a second, and a call still running
+``grace_s`` past its own timeout means the client is wedged. Then the watchdog
+
+- ``restart`` (the default): replaces the process with a fresh copy of itself (``os.execv`` of the
+  interpreter and ``sys.orig_argv``, same pid, environment and standard streams). This is exactly a
+  SIGKILL followed by a restart, which the crash tests prove safe: the new producer's
+  ``init_transactions`` (same ``transactional.id``) aborts the open transaction, the consumer
+  resumes from the committed offsets, the stores catch up from the changelog. Sockets and RocksDB
+  files are close-on-exec, so the store locks and the metrics port are free for the new image.
+- ``exit``: exits with :data:`EXIT_WEDGED` for a supervisor (systemd, Kubernetes) to restart, for
+  operators who want restarts counted there.
+
+A stop signal (SIGTERM, SIGINT) that arrives while the main thread is wedged cannot run its handler;
+the watchdog sees it through :func:`signal.set_wakeup_fd` and then exits with :data:`EXIT_WEDGED`
+instead of restarting, so a stop is never turned into a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+EXIT_WEDGED = 75  # EX_TEMPFAIL: try again (sysexits.h)
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+WedgedAction = Literal["restart", "exit"]
+
+
+def restart_in_place() -> None:
+    """Replace this process with a fresh run of the same command line (never returns)."""
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    log.error("restarting in place: %s", " ".join(argv))
+    _flush_outputs()
+    os.execv(sys.executable, argv)
+
+
+def exit_wedged() -> None:
+    """Exit at once with :data:`EXIT_WEDGED`; the wedged thread cannot be joined (never returns)."""
+    _flush_outputs()
+    os._exit(EXIT_WEDGED)
+
+
+def _flush_outputs() -> None:
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+class Watchdog:
+    """Times the guarded calls of one thread and acts when one overruns (see the module docstring).
+
+    ``on_wedged`` and ``on_stop`` are what happens to a wedged worker without and with a stop signal
+    pending; they default to :func:`restart_in_place` / :func:`exit_wedged` (per ``action``) and
+    :func:`exit_wedged`, and tests pass their own.
+    """
+
+    def __init__(self, grace_s: float, action: WedgedAction = "restart",
+                 on_wedged: Callable[[], None] | None = None,
+                 on_stop: Callable[[], None] | None = None, tick_s: float = 1.0) -> None:
+        self.grace_s = grace_s
+        self.tick_s = tick_s
+        self._on_wedged = on_wedged or (restart_in_place if action == "restart" else exit_wedged)
+        self._on_stop = on_stop or exit_wedged
+        self._lock = threading.Lock()
+        self._call: tuple[str, float] | None = None  # (name, deadline on the monotonic clock)
+        self._stop_requested = threading.Event()
+        self._closed = threading.Event()
+        self._wakeup: tuple[int, int] | None = None
+        self._previous_wakeup_fd = -1
+        self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+
+    def start(self) -> None:
+        """Start watching; when called from the main thread, also listen for stop signals."""
+        if threading.current_thread() is threading.main_thread():
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(read_fd, False)
+            os.set_blocking(write_fd, False)
+            self._wakeup = (read_fd, write_fd)
+            self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=self.tick_s * 3)
+        if self._wakeup is not None:
+            if threading.current_thread() is threading.main_thread():
+                signal.set_wakeup_fd(self._previous_wakeup_fd)
+            for fd in self._wakeup:
+                os.close(fd)
+            self._wakeup = None
+
+    @contextlib.contextmanager
+    def guard(self, name: str, timeout_s: float) -> Iterator[None]:
+        """Time one call that was given ``timeout_s``; it is wedged ``grace_s`` after that."""
+        with self._lock:
+            self._call = (name, time.monotonic() + timeout_s + self.grace_s)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._call = None
+
+    def request_stop(self) -> None:
+        """The worker is stopping: a call that wedges from now on exits instead of restarting."""
+        self._stop_requested.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def _watch(self) -> None:
+        while not self._closed.is_set():
+            self._wait_for_signal()
+            with self._lock:
+                call = self._call
+            if call is not None and time.monotonic() > call[1]:
+                self._act(call[0])
+                return
+
+    def _wait_for_signal(self) -> None:
+        """Sleep one tick, waking early for a signal; remember a stop signal."""
+        if self._wakeup is None:
+            self._closed.wait(self.tick_s)
+            return
+        read_fd = self._wakeup[0]
+        readable, _, _ = select.select([read_fd], [], [], self.tick_s)
+        if not readable:
+            return
+        with contextlib.suppress(BlockingIOError, OSError):
+            if any(number in STOP_SIGNALS for number in os.read(read_fd, 64)):
+                self._stop_requested.set()
+
+    def _act(self, name: str) -> None:
+        overrun = "a stop signal is pending" if self.stop_requested else "no stop requested"
+        log.error("%s has not returned %.0f s past its timeout: the Kafka client is wedged "
+                  "(librdkafka #5511/#5456 after a broker restart); %s", name, self.grace_s, overrun)
+        (self._on_stop if self.stop_requested else self._on_wedged)()
