@@ -140,6 +140,10 @@ MEANINGS = {
         "distinct URLs expected over all shards together; sizes the Bloom filters",
     ("url_dedup", "bloom_false_positive_rate"):
         "false-positive rate of the front filter (`exact`) or the overall target (`bloom`)",
+    ("url_dedup", "route_cache_urls"):
+        "fingerprints this worker routed recently and answers as repeats at once, without a trip "
+        "through the shard topic (`streams/urls/recent.py`); about 90 bytes each, so about 90 MB "
+        "at the default; 0 keeps almost none",
     ("content_seen", "hamming_threshold"):
         "pages whose 64-bit SimHashes differ in at most this many bits are near-duplicates; the "
         "block tables are built for it",

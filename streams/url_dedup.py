@@ -19,7 +19,7 @@ a worker whose version differs from its state's refuses to start until the state
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +28,13 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected
 from streams.records import RecordKind
+from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import BatchState, Emit, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls import canonical
 from streams.urls.canonical import CANONICALIZATION_VERSION, CanonicalSettings
+from streams.urls.recent import RecentKeys
 
 STAGE = "url-dedup"
 VERSION_KEY = b"meta:canonicalization_version"
@@ -50,6 +52,7 @@ class UrlDedupSettings:
     seen_set: str = "exact"                  # exact (RocksDB + Bloom front) | bloom (Bloom only)
     expected_urls: int = 10_000_000          # all shards together; sizes the Bloom filters
     bloom_false_positive_rate: float = 0.01  # front filter (exact) or target rate (bloom)
+    route_cache_urls: int = 1_000_000        # fingerprints routed recently, answered at routing
 
     def canonical(self) -> CanonicalSettings:
         return CanonicalSettings(profile=self.profile, max_url_bytes=self.max_url_bytes,
@@ -91,6 +94,10 @@ class UrlDedupStage:
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
         self._checked: set[int] = set()
+        self._owned: Mapping[int, PartitionStore] = {}
+        self._shard_count = 0  # until the runtime attaches its shards: no routing-time answers
+        self._routing: set[bytes] = set()  # routed in the open transaction
+        self._recent = RecentKeys(self.settings.route_cache_urls)
 
     def open_shard(self, partition: int, store: PartitionStore) -> None:
         """Refuse a recovered shard of another canonicalization before anything is routed."""
@@ -105,9 +112,43 @@ class UrlDedupStage:
         source = record.get("source_url")
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         key = canonical.fingerprint(url)
-        host = host_of(url)
-        shard_record = {**record, "canonical": url, "host": host, "fingerprint": key.hex()}
-        return [Emit(self.state_topic, orjson.dumps(shard_record), key)]
+        shard = None
+        if self._shard_count:  # under the runtime: repeats known here skip the shard topic
+            shard = partition_for(key, self._shard_count)
+            if self._known(shard, key):
+                self.decisions["seen"] += 1
+                return []
+            self._routing.add(key)
+        shard_record = {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()}
+        return [Emit(self.state_topic, orjson.dumps(shard_record), key, shard)]
+
+    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
+        self._owned, self._shard_count = owned, shards
+
+    def committed(self) -> None:
+        self._recent.update(self._routing)
+        self._routing = set()
+
+    def aborted(self) -> None:
+        self._routing = set()
+
+    def _known(self, shard: int, key: bytes) -> bool:
+        """Whether ``key`` is a certain repeat, known without its shard: routed by this worker
+        before (in a committed transaction, or in this one), or in the committed seen-set of a
+        shard this worker owns.
+
+        Either way the URL's first sighting is in the shard topic ahead of this one, or already
+        decided, so the shard would decide "seen"; deciding it here saves the repeat its trip
+        through the shard topic (encode, produce, consume, decide), which is most of the stage's
+        Kafka work since most of a frontier is repeats (:mod:`streams.urls.recent`). A routed
+        fingerprint counts only once its transaction commits, or within that same transaction
+        (they commit or abort together): an aborted route leaves no trace here. A shard's store
+        holds committed state only, never this batch's writes.
+        """
+        if key in self._routing or key in self._recent:
+            return True
+        store = self._owned.get(shard)
+        return store is not None and store.get(key) is not None
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()

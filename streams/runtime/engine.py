@@ -41,7 +41,7 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.recovery import recover
-from streams.runtime.stage import BatchState, Emit, Preparing, Stage
+from streams.runtime.stage import BatchState, Emit, Preparing, ShardAware, Stage
 from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 
@@ -110,6 +110,9 @@ class Engine:
         self.counters = Counters()
         self._store_factory = store_factory or self._rocks_store
         self._stores: dict[int, PartitionStore] = {}
+        self._shard_aware = stage if isinstance(stage, ShardAware) else None
+        if self._shard_aware is not None:
+            self._shard_aware.attach_shards(self._stores, settings.shards)
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
@@ -276,6 +279,8 @@ class Engine:
                 self._abort(batch[start:], error)
                 return
             self._apply(states, changelog_ends)
+            if self._shard_aware is not None:
+                self._shard_aware.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
             self.counters.last_batch_s = time.perf_counter() - began
@@ -408,6 +413,8 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
+        if self._shard_aware is not None:
+            self._shard_aware.aborted()
         with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
             self._producer.abort_transaction(self.settings.transaction_timeout_s)
         self.counters.aborted_batches += 1

@@ -14,7 +14,7 @@ changes (as changelog records) and the consumed offsets are committed together o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -113,4 +113,24 @@ class Preparing(Protocol):
 
     def prepare(self, messages: Sequence[Message]) -> None:
         """Called with a batch's input-topic records before ``route`` sees them one by one."""
+        ...
+
+
+@runtime_checkable
+class ShardAware(Protocol):
+    """A stage whose router answers some records without their shard (the URL stage: a repeat of
+    a URL it routed before, or one in an owned shard's committed store, needs no trip through the
+    shard topic). The engine tells it what it owns and when its routing became final."""
+
+    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
+        """Called once, before any record: the engine's live map of owned shard stores (committed
+        state only: a batch's writes reach them after its transaction commits) and the shard count."""
+        ...
+
+    def committed(self) -> None:
+        """The transaction holding everything routed since the last call committed."""
+        ...
+
+    def aborted(self) -> None:
+        """That transaction was aborted: forget what was routed in it."""
         ...

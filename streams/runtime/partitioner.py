@@ -1,0 +1,72 @@
+"""Which partition a keyed record goes to: Kafka's default partitioner, computed here.
+
+Every producer of this project uses librdkafka's ``murmur2_random`` partitioner
+(:data:`~streams.runtime.kafka_io.PARTITIONER`), which for a non-null key is the Java client's
+default: ``(murmur2(key) & 0x7fffffff) % partitions`` with Kafka's ``Utils.murmur2`` (MurmurHash2,
+Austin Appleby, 32-bit, seed ``0x9747b28c``). Computing it here lets a router know a record's
+shard before producing it (the URL stage answers repeats of a shard it owns from that shard's
+committed store, see :mod:`streams.url_dedup`), and setting the partition explicitly keeps the
+record exactly where the producer's partitioner would have put it, so state built either way
+agrees. ``tests/test_partitioner.py`` checks Kafka's own test vectors and, against the broker,
+the partitions librdkafka chooses.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_WORDS_16 = struct.Struct("<4I")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` as an unsigned 32-bit value."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length - length % 4
+    for (k,) in struct.iter_unpack("<I", data[:whole]):
+        h = _mix(h, k)
+    return _finish(_tail(h, data[whole:]))
+
+
+def _mix(h: int, k: int) -> int:
+    k = (k * _M) & _MASK
+    k ^= k >> 24
+    k = (k * _M) & _MASK
+    return ((h * _M) & _MASK) ^ k
+
+
+def _tail(h: int, rest: bytes) -> int:
+    if not rest:
+        return h
+    for index in range(len(rest) - 1, -1, -1):
+        h ^= rest[index] << (8 * index)
+    return (h * _M) & _MASK
+
+
+def _finish(h: int) -> int:
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
+def murmur2_16(key: bytes) -> int:
+    """:func:`murmur2` of a 16-byte key (a URL fingerprint), unrolled: the URL stage's hot path."""
+    m, mask = _M, _MASK
+    a, b, c, d = _WORDS_16.unpack(key)
+    h = _SEED ^ 16
+    for k in (a, b, c, d):
+        k = (k * m) & mask
+        k = ((k ^ (k >> 24)) * m) & mask
+        h = ((h * m) & mask) ^ k
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's ``murmur2_random``) gives ``key``."""
+    hashed = murmur2_16(key) if len(key) == 16 else murmur2(key)
+    return (hashed & 0x7FFFFFFF) % partitions
