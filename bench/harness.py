@@ -76,6 +76,17 @@ def read_all(kafka: KafkaConfig, topic: str, idle_s: float = 3.0,
     return counts
 
 
+def end_offsets(kafka: KafkaConfig, topic: str) -> int:
+    """Sum of ``topic``'s end offsets over its partitions (records and transaction markers)."""
+    consumer = Consumer(kafka.consumer(fresh_name("ends")))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in partitions)
+    finally:
+        consumer.close()
+
+
 def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int) -> int:
     """Sum of the group's committed offsets on ``topic`` (its progress)."""
     consumer = Consumer(kafka.consumer(group))

@@ -3,7 +3,9 @@
 route (any frontier partition): decode and validate the record, resolve the URL against its
 ``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
 ``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
-fingerprint. A bad record or URL becomes a dead letter with the reason.
+fingerprint. A bad record or URL becomes a dead letter with the reason. A certain repeat is
+answered here, without the shard topic: a fingerprint this worker routed before (a bounded set,
+:mod:`streams.urls.recent`) or one in the committed store of a shard it owns (see ``_known``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
