@@ -120,12 +120,14 @@ class UrlDedupStage:
             if self._known(shard, key):
                 self.decisions["seen"] += 1
                 return []
-            self._routing.add(key)
         shard_record = {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()}
         return [Emit(self.state_topic, orjson.dumps(shard_record), key, shard)]
 
     def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
         self._owned, self._shard_count = owned, shards
+
+    def routed(self, emits: Sequence[Emit]) -> None:
+        self._routing.update(emit.key for emit in emits if emit.topic == self.state_topic and emit.key)
 
     def committed(self) -> None:
         self._recent.update(self._routing)
@@ -143,9 +145,10 @@ class UrlDedupStage:
         decided, so the shard would decide "seen"; deciding it here saves the repeat its trip
         through the shard topic (encode, produce, consume, decide), which is most of the stage's
         Kafka work since most of a frontier is repeats (:mod:`streams.urls.recent`). A routed
-        fingerprint counts only once its transaction commits, or within that same transaction
-        (they commit or abort together): an aborted route leaves no trace here. A shard's store
-        holds committed state only, never this batch's writes.
+        fingerprint counts only once the runtime has accepted its shard record (an output too large
+        for its topic becomes a dead letter and is never reported), and only within that
+        transaction or once it commits (they commit or abort together): an aborted route leaves no
+        trace here. A shard's store holds committed state only, never this batch's writes.
         """
         if key in self._routing or key in self._recent:
             return True

@@ -10,6 +10,10 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.config import RuntimeSettings
+from streams.runtime.engine import Engine
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import BatchState, Emit
 from streams.runtime.store import MemoryStore
@@ -35,37 +39,18 @@ def test_recent_keys_hold_at_most_capacity_and_remember_the_latest_half(keys: li
     assert all(key in set(keys) for key in [*recent._young, *recent._old])  # nothing invented
 
 
-class Record:
-    def __init__(self, topic: str, value: bytes, key: bytes | None = None, partition: int = 0) -> None:
-        self._topic, self._value, self._key, self._partition = topic, value, key, partition
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return 0
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes:
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
-
-
 def _stage(owned: dict[int, MemoryStore] | None = None) -> UrlDedupStage:
     stage = UrlDedupStage(Topics("t."), "app", UrlDedupSettings(route_cache_urls=100))
     stage.attach_shards(owned if owned is not None else {}, SHARDS)
     return stage
 
 
-def _route(stage: UrlDedupStage, url: str) -> list[Emit]:
-    return stage.route(Record("t.frontier", orjson.dumps({"url": url})))
+def _route(stage: UrlDedupStage, url: str, accepted: bool = True) -> list[Emit]:
+    """Route one frontier record; ``accepted``: the runtime took its output (as the engine reports)."""
+    emits = stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
+    if accepted:
+        stage.routed(emits)
+    return emits
 
 
 URL = "http://example.com/a"
@@ -86,6 +71,33 @@ def test_nothing_routed_in_an_aborted_transaction_is_remembered() -> None:
     _route(stage, URL)
     stage.aborted()
     assert len(_route(stage, URL)) == 1  # its first sighting was never produced: route it again
+
+
+def test_a_route_whose_output_the_runtime_refused_is_not_remembered() -> None:
+    stage = _stage()
+    _route(stage, URL, accepted=False)
+    assert len(_route(stage, URL)) == 1
+
+
+class RecordingProducer:
+    def __init__(self) -> None:
+        self.topics: list[str] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, **_: object) -> None:
+        self.topics.append(topic)
+
+
+def test_the_engine_reports_only_shard_records_it_accepted() -> None:
+    """A first sighting whose shard record is over the topic's limit becomes a dead letter
+    (``output_too_large``); a later, smaller sighting must still reach the shard, not be answered."""
+    stage = UrlDedupStage(Topics("t."), "app")
+    engine = Engine(stage, KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w", shards=SHARDS), "g",
+                    "changelog", "t.dead-letters", output_limits={stage.state_topic: 2_000})
+    engine._producer = RecordingProducer()  # type: ignore[assignment]
+    large = orjson.dumps({"url": URL, "anchor_text": "x" * 5_000})
+    small = orjson.dumps({"url": URL})
+    engine._process([LineMessage("t.frontier", 0, large), LineMessage("t.frontier", 1, small)])  # type: ignore[list-item]
+    assert engine._producer.topics == ["t.dead-letters", stage.state_topic]  # type: ignore[attr-defined]
 
 
 def test_a_url_in_an_owned_shards_committed_store_is_answered_and_others_are_routed() -> None:

@@ -316,9 +316,12 @@ class Engine:
                     if state is None:
                         state = states[partition] = BatchState(self._stores[partition])
                     emits = self.stage.process(message, state)
+                    self._check_sizes(emits)
                 else:
                     emits = self.stage.route(message)
-                self._check_sizes(emits)
+                    self._check_sizes(emits)
+                    if self._shard_aware is not None:
+                        self._shard_aware.routed(emits)  # only once its output is sure to be produced
             except RecordRejected as rejected:
                 emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:

@@ -127,6 +127,11 @@ class ShardAware(Protocol):
         state only: a batch's writes reach them after its transaction commits) and the shard count."""
         ...
 
+    def routed(self, emits: Sequence[Emit]) -> None:
+        """What ``route`` returned for one record is in the open transaction (its sizes checked:
+        an output refused as too large became a dead letter instead and is not reported)."""
+        ...
+
     def committed(self) -> None:
         """The transaction holding everything routed since the last call committed."""
         ...
