@@ -184,13 +184,13 @@ def main(argv: list[str] | None = None) -> int:
             "passthrough2": lambda: _passthrough(kafka, source, args.records, work, hops=2),
             "passthrough1": lambda: _passthrough(kafka, source, args.records, work, hops=1),
             "scrapy-redis": lambda: _scrapy_redis(kafka, source, args.records, work)}
-    rates = [runs[name]() for name in args.pipelines.split(",")]
-    emitted = sum(h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
-                             value_of=lambda _k, v: v).values())
-    if "stage" in args.pipelines.split(","):
-        rates[args.pipelines.split(",").index("stage")].update(emitted=emitted, distinct=distinct)
-    else:
-        emitted = distinct  # nothing to check
+    measured = {name: runs[name]() for name in args.pipelines.split(",")}
+    rates = list(measured.values())
+    emitted = distinct  # checked below when the stage ran
+    if "stage" in measured:
+        emitted = sum(h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
+                                 value_of=lambda _k, v: v).values())
+        measured["stage"].update(emitted=emitted, distinct=distinct)
     results: dict[str, Any] = {
         "meta": {"records": args.records, "distinct": distinct, "repeat_share": 0.7,
                  "date": time.strftime("%Y-%m-%d"),

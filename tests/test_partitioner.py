@@ -1,6 +1,6 @@
 """Kafka's default partitioner computed in Python (``streams/runtime/partitioner.py``): Kafka's own
-``Utils.murmur2`` test vectors, the unrolled 16-byte variant against the general one, and, against
-the broker, the very partitions librdkafka's ``murmur2_random`` picks for the same keys."""
+``Utils.murmur2`` test vectors and, against the broker, the very partitions librdkafka's
+``murmur2_random`` picks for the same keys."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
-from streams.runtime.partitioner import murmur2, murmur2_16, partition_for
+from streams.runtime.partitioner import murmur2, partition_for
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2 (signed ints).
 KAFKA_VECTORS = [
@@ -30,11 +30,6 @@ KAFKA_VECTORS = [
 @pytest.mark.parametrize(("data", "expected"), KAFKA_VECTORS)
 def test_murmur2_matches_kafkas_test_vectors(data: bytes, expected: int) -> None:
     assert ctypes.c_int32(murmur2(data)).value == expected
-
-
-@given(st.binary(min_size=16, max_size=16))
-def test_the_unrolled_16_byte_hash_is_the_general_one(key: bytes) -> None:
-    assert murmur2_16(key) == murmur2(key)
 
 
 @given(st.binary(min_size=1, max_size=64), st.integers(min_value=1, max_value=1000))

@@ -18,7 +18,6 @@ import struct
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
-_WORDS_16 = struct.Struct("<4I")
 
 
 def murmur2(data: bytes) -> int:
@@ -52,21 +51,6 @@ def _finish(h: int) -> int:
     return h ^ (h >> 15)
 
 
-def murmur2_16(key: bytes) -> int:
-    """:func:`murmur2` of a 16-byte key (a URL fingerprint), unrolled: the URL stage's hot path."""
-    m, mask = _M, _MASK
-    a, b, c, d = _WORDS_16.unpack(key)
-    h = _SEED ^ 16
-    for k in (a, b, c, d):
-        k = (k * m) & mask
-        k = ((k ^ (k >> 24)) * m) & mask
-        h = ((h * m) & mask) ^ k
-    h ^= h >> 13
-    h = (h * m) & mask
-    return h ^ (h >> 15)
-
-
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (and librdkafka's ``murmur2_random``) gives ``key``."""
-    hashed = murmur2_16(key) if len(key) == 16 else murmur2(key)
-    return (hashed & 0x7FFFFFFF) % partitions
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
