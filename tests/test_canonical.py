@@ -18,6 +18,8 @@ from streams.urls.canonical import (
     CANONICALIZATION_VERSION,
     PROFILES,
     CanonicalSettings,
+    _already_canonical,
+    _parsed_canonical,
     canonicalize,
     canonicalize_lines,
     fingerprint,
@@ -381,3 +383,63 @@ def test_any_text_gives_a_url_or_record_rejected(text: str, base: str | None, pr
             assert rejected.reason in REASONS
         else:
             assert canonicalize(canonical, settings_) == canonical
+
+
+# --- the shortcut for URLs written canonically --------------------------------------------------
+
+
+@st.composite
+def plain_looking_urls(draw: st.DrawFn) -> str:
+    """URLs near the shortcut's boundary: mostly canonical, with one of the spellings it must refuse."""
+    host = draw(st.one_of(st.text(string.ascii_lowercase + string.digits + "-.", min_size=1, max_size=12),
+                          st.sampled_from(["www.example.com", "xn--p1ai.com", "127.1", "0x7f.1", "a..b",
+                                           "example.com.", "EXAMPLE.com", "www.com"])))
+    path = draw(st.text(UNRESERVED + "!$&'()*+,;=:@/%#.", max_size=12))
+    query = draw(st.sampled_from(["", "?", "?a=1", "?b=2&a=1", "?utm_source=x", "?x=%41", "??"]))
+    scheme = draw(st.sampled_from(["http", "https", "HTTP", "ftp"]))
+    return f"{scheme}://{host}/{path}{query}"
+
+
+@PROPERTY
+@given(url=st.one_of(urls(), plain_looking_urls()), profile=st.sampled_from(PROFILES))
+def test_shortcut_only_takes_urls_the_full_parse_leaves_unchanged(url: str, profile: str) -> None:
+    settings_ = CanonicalSettings(profile=profile)
+    if _already_canonical(url, settings_):
+        assert _parsed_canonical(url, settings_, "http://base.example/dir/") == url
+
+
+@PROPERTY
+@given(url=st.one_of(urls(), plain_looking_urls()), profile=st.sampled_from(PROFILES))
+def test_canonical_outputs_mostly_take_the_shortcut(url: str, profile: str) -> None:
+    """Once canonical, a URL takes the shortcut unless it has one of the refused (rare) shapes."""
+    settings_ = CanonicalSettings(profile=profile)
+    try:
+        once = _parsed_canonical(url, settings_, None)
+    except RecordRejected:
+        return
+    unusual = "%" in once or "@" in once or "[" in once or "/." in once or ":" in once.split("/")[2]
+    unusual = unusual or any(label.startswith("xn--") for label in once.split("/")[2].split("."))
+    if not unusual and not (settings_.aggressive and "?" in once):
+        assert _already_canonical(once, settings_), once
+
+
+@pytest.mark.parametrize(("url", "plain"), [
+    ("https://example.com/a/b?x=1", True),
+    ("http://example.com/", True),
+    ("http://example.com", False),            # the empty path becomes "/"
+    ("HTTP://example.com/", False),           # scheme case
+    ("http://Example.com/", False),           # host case
+    ("http://example.com:80/", False),        # a port
+    ("http://example.com/a#top", False),      # a fragment
+    ("http://example.com/a%2Db", False),      # an escape
+    ("http://example.com/./a", False),        # a dot segment
+    ("http://example.com/a?", False),         # an empty query
+    ("http://127.1/", False),                 # an IPv4 number
+    ("http://example.com./", False),          # the trailing dot of a FQDN
+    ("http://u@example.com/", False),         # userinfo
+    ("//example.com/a", False),               # relative
+])
+def test_shortcut_cases(url: str, plain: bool) -> None:
+    assert _already_canonical(url, CanonicalSettings()) is plain
+    if plain:
+        assert canonicalize(url) == url

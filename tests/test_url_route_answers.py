@@ -1,4 +1,4 @@
-"""Repeats answered at routing (``streams/urls/recent.py``, ``UrlDedupStage._known``): the bounded
+"""Repeats answered at routing (``streams/urls/recent.py``, ``UrlDedupStage.route``): the bounded
 set's guarantees, and that an answer is only ever given for a URL whose first sighting is certain to
 reach (or to have reached) its shard: routed in a committed transaction or in the same one, or in
 the committed store of an owned shard. Never after an abort.

@@ -319,9 +319,10 @@ class Engine:
                     self._check_sizes(emits)
                 else:
                     emits = self.stage.route(message)
-                    self._check_sizes(emits)
-                    if self._shard_aware is not None:
-                        self._shard_aware.routed(emits)  # only once its output is sure to be produced
+                    if emits:  # most routed URLs are repeats answered at routing: nothing to emit
+                        self._check_sizes(emits)
+                        if self._shard_aware is not None:
+                            self._shard_aware.routed(emits)  # only once its output is sure to be produced
             except RecordRejected as rejected:
                 emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
@@ -330,7 +331,8 @@ class Engine:
                 log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
                               message.offset())
                 emits = [self._dead_letter(message, "processing_error", repr(error))]
-            self._produce(emits)
+            if emits:
+                self._produce(emits)
         return states, done
 
     def _check_sizes(self, emits: list[Emit]) -> None:

@@ -39,9 +39,13 @@ class Message(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Emit:
-    """One record to produce. ``partition=None`` leaves it to the murmur2 partitioner."""
+    """One record to produce. ``partition=None`` leaves it to the murmur2 partitioner.
+
+    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, which made
+    building one cost 0.5 µs against 0.1 µs, on a path run once per routed URL.
+    """
 
     topic: str
     value: bytes | None

@@ -14,6 +14,7 @@ are decoded once in one pass, so hostile inputs cost linear time. Idempotent by 
 from __future__ import annotations
 
 import functools
+import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,12 @@ _USERINFO_SAFE = _UNRESERVED | _SUB_DELIMS | {":"}  # RFC 3986 §3.2.1
 _PATH_SAFE = _UNRESERVED | _SUB_DELIMS | {":", "@", "/"}  # pchar and "/", RFC 3986 §3.3
 _QUERY_SAFE = _PATH_SAFE | {"?"}  # RFC 3986 §3.4
 _DROP_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newline"
+# A URL plainly written canonically (see _already_canonical): lower-case http(s), a host of lower-case
+# letters, digits, "-" and ".", then path and non-empty query of characters that need no escaping
+# (RFC 3986 pchar without "%" and "@"; "#" absent). A regular expression, as a character class
+# test runs in C where a set test (frozenset.issuperset) made a string object per character.
+_PLAIN_CHARS = r"A-Za-z0-9\-._~!$&'()*+,;=:"
+_PLAIN_URL = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}/]*)(?:\?([{_PLAIN_CHARS}/?]+))?")
 
 # Defaults of CanonicalSettings (aggressive profile only). Session ids: Java servlets, PHP, classic
 # ASP and ASP.NET, ColdFusion, osCommerce/Zen Cart and generic spellings.
@@ -106,6 +113,13 @@ def canonicalize(url: str, settings: CanonicalSettings = DEFAULT, base: str | No
     Raises :class:`RecordRejected` (``url_too_long``, ``unsupported_scheme``, ``invalid_url``) and
     nothing else, for any ``str``.
     """
+    if _already_canonical(url, settings):
+        return url
+    return _parsed_canonical(url, settings, base)
+
+
+def _parsed_canonical(url: str, settings: CanonicalSettings, base: str | None) -> str:
+    """:func:`canonicalize` by the full parse: every rule applied, whatever the input."""
     reference = _resolve(_split(_prepare(url, settings.max_url_bytes, "URL")), base, settings)
     scheme = (reference.scheme or "").lower()
     if scheme not in _DEFAULT_PORTS:
@@ -123,6 +137,32 @@ def canonicalize(url: str, settings: CanonicalSettings = DEFAULT, base: str | No
     if len(canonical) > settings.max_url_bytes:  # all ASCII: characters are octets
         raise RecordRejected("url_too_long", f"canonical form exceeds {settings.max_url_bytes} bytes")
     return canonical
+
+
+def _already_canonical(url: str, settings: CanonicalSettings) -> bool:
+    """Whether ``url`` is plainly its own canonical form, so the full parse can be skipped.
+
+    Most discovered links are written canonically already (an absolute link as the site's own
+    pages print it), and the full parse cost 4.6 µs per URL, the largest share of routing one.
+    Conservative: ``True`` only when every rule provably leaves the URL unchanged: lower-case
+    http(s) scheme (absolute, so ``base`` plays no part), only characters that need no escaping
+    and no ``%``, ``#`` or ``@``, a host the host parser returns unchanged and no port, a path
+    with no segment starting with a dot, no empty ``?``; the aggressive profile's rewrites are
+    ruled out by no query, no ``;`` and no ``www.`` to strip. Anything else takes the full parse
+    (tests/test_canonical.py checks both agree).
+    """
+    match = _PLAIN_URL.fullmatch(url) if len(url) <= settings.max_url_bytes else None
+    if match is None:
+        return False
+    host, path, query = match.groups()
+    if "/." in path:
+        return False
+    if settings.aggressive and (query is not None or ";" in path or strip_www(host) != host):
+        return False
+    try:
+        return normalize_host(host) == host
+    except RecordRejected:
+        return False
 
 
 def fingerprint(canonical: str) -> bytes:
