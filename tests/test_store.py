@@ -93,6 +93,16 @@ def test_rocks_store_survives_reopen(tmp_path: Path) -> None:
     second.close()
 
 
+def test_reopened_rocks_store_keeps_its_table_options(tmp_path: Path) -> None:
+    """rocksdict reopens with the OPTIONS file's column-family options unless told otherwise."""
+    RocksStore(tmp_path / "s", block_cache_mb=3).close()
+    reopened = RocksStore(tmp_path / "s", block_cache_mb=5)
+    assert reopened.block_cache_bytes() == 5 * 1024 * 1024
+    latest = max((tmp_path / "s").glob("OPTIONS-*"), key=lambda options: int(options.name.split("-")[1]))
+    assert "filter_policy=bloomfilter" in latest.read_text()
+    reopened.close()
+
+
 def test_rocks_store_refuses_another_format(tmp_path: Path) -> None:
     first = RocksStore(tmp_path / "s")
     first.set_meta(FORMAT_VERSION_KEY, b"999")

@@ -120,7 +120,14 @@ class MemoryStore:
 
 
 class RocksStore:
-    """A :class:`PartitionStore` in one RocksDB database (rocksdict), created owner-only (0700)."""
+    """A :class:`PartitionStore` in one RocksDB database (rocksdict), created owner-only (0700).
+
+    The options are passed for the default column family too: given options only, rocksdict
+    reopens an existing database with the column-family options it loads from the OPTIONS file,
+    and those lose the Bloom filter (``filter_policy: nullptr`` in RocksDB's LOG) and the block
+    cache (rocksdict's 8 MB default). Every reopened store, so every restarted worker, then read
+    an absent key from a data block (2.9 µs against 0.5 with the filter, in one measurement).
+    """
 
     def __init__(self, path: Path, block_cache_mb: int = 64) -> None:
         from rocksdict import BlockBasedOptions, Cache, Options, Rdict
@@ -133,7 +140,7 @@ class RocksStore:
         table.set_bloom_filter(10, False)
         options.set_block_based_table_factory(table)
         self._path = path
-        self._db = Rdict(str(path), options)
+        self._db = Rdict(str(path), options, column_families={"default": options})
         os.chmod(path, 0o700)
         self._check_format()
 
@@ -184,6 +191,10 @@ class RocksStore:
         """SST files on disk plus memtables: what the shard costs (RocksDB's own counters, O(1))."""
         names = ("rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables")
         return {"state_bytes": float(sum(self._db.property_int_value(name) or 0 for name in names))}
+
+    def block_cache_bytes(self) -> int:
+        """The block cache's capacity in bytes, as RocksDB reports it."""
+        return self._db.property_int_value("rocksdb.block-cache-capacity") or 0
 
     def compact(self) -> None:
         """Compact the whole store (after a bulk load, so reads do not search many level-0 files)."""
