@@ -123,8 +123,9 @@ class UrlDedupStage:
             if self._in_owned_shard(shard, key):
                 self.decisions["seen"] += 1
                 return []
-        shard_record = {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()}
-        return [Emit(self.state_topic, orjson.dumps(shard_record), key, shard)]
+        # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
+        new_url = {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()}
+        return [Emit(self.state_topic, records.encode(RecordKind.NEW_URL, new_url), key, shard)]
 
     def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
         self._owned, self._shard_count = owned, shards
@@ -165,11 +166,11 @@ class UrlDedupStage:
         if state.get(key) is not None:
             self.decisions["seen"] += 1
             return []
-        record = orjson.loads(message.value() or b"{}")
+        value = message.value() or b"{}"
+        record = orjson.loads(value)
         state.set(key, record["canonical"].encode() if self._keep_urls else b"")
         self.decisions["new"] += 1
-        new_url = records.encode(RecordKind.NEW_URL, record)
-        return [Emit(self.topics.new_urls, new_url, record["host"].encode())]
+        return [Emit(self.topics.new_urls, value, record["host"].encode())]
 
     def _check_version(self, partition: int, state: BatchState) -> None:
         """On a shard's first record: adopt an empty shard, refuse one of another version."""
