@@ -30,7 +30,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streams import records
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
+from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.recovery import recover
 from streams.runtime.stage import BatchState, Emit, Preparing, ShardAware, Stage
@@ -46,27 +46,6 @@ from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Counters:
-    """Running totals of one worker, read by :mod:`streams.ops.metrics` after each batch.
-
-    Updated only by the engine's thread; the metrics layer reads them from ``on_batch`` in that
-    same thread, so no lock is needed.
-    """
-
-    consumed: int = 0
-    emitted: int = 0
-    dead_letters: int = 0
-    batches: int = 0
-    aborted_batches: int = 0
-    recovered_records: int = 0
-    consumed_by_topic: dict[str, int] = field(default_factory=dict)
-    emitted_by_topic: dict[str, int] = field(default_factory=dict)
-    dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
-    last_batch_s: float = 0.0
-    last_batch_oldest_ms: int | None = None  # the earliest record timestamp of the last batch
 
 
 StoreFactory = Callable[[int], PartitionStore]
@@ -267,7 +246,7 @@ class Engine:
         the batch goes on in a new transaction, leaving the last record and the commit the rest.
         """
         self._prepare(batch)
-        budget_s, start = self.settings.transaction_timeout_s / 3, 0
+        budget_s, start, batch_began = self.settings.transaction_timeout_s / 3, 0, time.perf_counter()
         while start < len(batch):
             began = time.perf_counter()
             self._producer.begin_transaction()
@@ -283,9 +262,10 @@ class Engine:
                 self._shard_aware.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
-            self.counters.last_batch_s = time.perf_counter() - began
-            self.counters.last_batch_oldest_ms = _oldest_timestamp_ms(part)
             start += done
+        # The metrics observe the whole batch, every part of it.
+        self.counters.last_batch_s = time.perf_counter() - batch_began
+        self.counters.last_batch_oldest_ms = oldest_timestamp_ms(batch[:start])
 
     def _prepare(self, batch: list[Message]) -> None:
         if isinstance(self.stage, Preparing):
@@ -428,9 +408,3 @@ class Engine:
             first.setdefault((message.topic(), message.partition()), message.offset())  # type: ignore[arg-type]
         for (topic, partition), offset in first.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
-
-
-def _oldest_timestamp_ms(batch: list[Message]) -> int | None:
-    """The earliest producer or log-append timestamp in a batch (``None`` if none carries one)."""
-    stamps = [stamp for kind, stamp in (message.timestamp() for message in batch) if kind != 0]
-    return min(stamps) if stamps else None
