@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
@@ -98,21 +98,44 @@ def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int)
 
 
 def caught_up(kafka: KafkaConfig, group: str, topic: str) -> bool:
-    """Whether ``group`` committed every partition of ``topic`` up to its end (the end of a
-    transactional partition is a commit marker, one offset past the last record)."""
-    consumer = Consumer(kafka.consumer(group))
+    """Whether ``group`` committed every partition of ``topic`` past its last committed record.
+
+    Read, not computed from offsets: past the last record of a transactional partition come one
+    commit (or abort) marker per transaction that wrote to it, so with several writers the end may
+    lie several offsets beyond the committed position. A read_committed reader started at the
+    group's committed offsets must meet the end of every partition without a record.
+    """
+    group_view = Consumer(kafka.consumer(group))
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        for tp in found:
-            _, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high > 0 and tp.offset < high - 1:
-                return False
-        return True
+        partitions = group_view.list_topics(topic, timeout=10).topics[topic].partitions
+        committed = group_view.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
     except KafkaException:
         return False
     finally:
-        consumer.close()
+        group_view.close()
+    return _nothing_after(kafka, committed)
+
+
+def _nothing_after(kafka: KafkaConfig, positions: list[TopicPartition]) -> bool:
+    reader = Consumer(kafka.consumer(fresh_name("caught-up"), **{"enable.partition.eof": True}))
+    try:
+        # No committed offset (OFFSET_INVALID, -1001): from the beginning.
+        reader.assign([TopicPartition(tp.topic, tp.partition, max(tp.offset, OFFSET_BEGINNING))
+                       for tp in positions])
+        open_partitions = {tp.partition for tp in positions}
+        deadline = time.monotonic() + 30
+        while open_partitions and time.monotonic() < deadline:
+            for message in reader.consume(100, timeout=1):
+                error = message.error()
+                if error is None:
+                    return False  # a committed record the group has not committed past
+                if error.code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(message.partition())
+        return not open_partitions
+    except KafkaException:
+        return False
+    finally:
+        reader.close()
 
 
 @dataclass

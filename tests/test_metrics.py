@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from streams.ops.lag import PartitionLag
 from streams.ops.metrics import WorkerMetrics, serve
-from streams.runtime.engine import Counters
+from streams.runtime.counters import Counters
 from streams.runtime.store import MemoryStore
 
 
