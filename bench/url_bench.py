@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,14 @@ PIPELINES = ("stage", "passthrough2", "passthrough1", "scrapy-redis")
 PYTHON = sys.executable
 
 
-def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path) -> dict[str, Any]:
+def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: str) -> dict[str, Any]:
     topics = Topics(prefix)
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
                f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", PYTHON, "-m", "streams", "url-dedup",
-               "--topic-prefix", prefix, "--app-id", "bench", "--worker-id", "w0", "--state-dir",
-               str(work / "state"), "--shards", str(PARTITIONS)]
-    shards = topics.shards("bench", "url-dedup")
-    rate = h.steady_rate("url-dedup stage", command, kafka, topics.group("bench", "url-dedup"),
+               "--topic-prefix", prefix, "--app-id", app_id, "--worker-id", "w0", "--state-dir",
+               str(work / f"state-{app_id}"), "--shards", str(PARTITIONS)]
+    shards = topics.shards(app_id, "url-dedup")
+    rate = h.steady_rate("url-dedup stage", command, kafka, topics.group(app_id, "url-dedup"),
                          topics.frontier, total, work, via=shards)
     # Repeats answered at routing never reach the shard topic (README, "The URL stage").
     rate["shard_topic_offsets"] = h.end_offsets(kafka, shards)
@@ -112,6 +113,23 @@ def _scrapy_redis(kafka: KafkaConfig, source: str, total: int, work: Path) -> di
         server.wait(10)
 
 
+def _measure(runs: dict[str, Callable[[int], dict[str, Any]]], names: list[str],
+             rounds: int) -> dict[str, dict[str, Any]]:
+    """Each pipeline ``rounds`` times, alternating (A B C A B C): the machine is shared, and a
+    neighbour's load only ever slows a run down, so the best of each is its rate here, measured
+    side by side with the others' (the same reasoning as ``timeit``'s minimum)."""
+    tried: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        for name in names:
+            if name != "scrapy-redis" or round_ == 0:  # 15 minutes a run, 5x off: once is enough
+                tried[name].append(runs[name](round_))
+    best: dict[str, dict[str, Any]] = {}
+    for name, results in tried.items():
+        chosen = max(results, key=lambda result: result.get("urls_per_s") or 0)
+        best[name] = {**chosen, "rounds": [result.get("urls_per_s") for result in results]}
+    return best
+
+
 def _markdown(results: dict[str, Any]) -> str:
     meta, rates = results["meta"], results["rates"]
     by_name = {r["name"]: r.get("urls_per_s") for r in rates}
@@ -120,22 +138,26 @@ def _markdown(results: dict[str, Any]) -> str:
     lines = [f"URL benchmark, {meta['records']:,} frontier records ({meta['distinct']:,} distinct "
              f"canonical URLs, {meta['repeat_share']:.0%} repeats), {PARTITIONS} partitions, "
              "one worker each, "
-             f"one run ({meta['date']}): `{meta['command']}`", "",
-             "| pipeline | URLs/s | vs same-hops passthrough | vs 1-hop passthrough |",
-             "|---|---:|---:|---:|"]
+             f"one run ({meta['date']}): `{meta['command']}`. Each pipeline ran the rounds shown, "
+             "alternating with the others; its rate is the best of them.", "",
+             "| pipeline | URLs/s | vs same-hops passthrough | vs 1-hop passthrough | rounds (URLs/s) |",
+             "|---|---:|---:|---:|---|"]
     notes: list[str] = []
     for rate in rates:
         value = rate.get("urls_per_s")
         if "shard_topic_offsets" in rate:
             notes.append(f"The stage's shard topic took {rate['shard_topic_offsets']:,} offsets "
                          f"(records and commit markers) for {meta['records']:,} frontier records: "
-                         "the other repeats were answered at routing.")
+                         "the other repeats were answered at routing. Its output held "
+                         f"{rate.get('emitted_distinct', 0):,} distinct URLs of "
+                         f"{rate.get('distinct', 0):,} planted, each once per round.")
         if value is None:
-            lines.append(f"| {rate['name']} | {rate.get('skipped', '-')} | | |")
+            lines.append(f"| {rate['name']} | {rate.get('skipped', '-')} | | | |")
             continue
         ratio2 = f"{value / same_hops:.2f}" if same_hops else "-"
         ratio1 = f"{value / one_hop:.2f}" if one_hop else "-"
-        lines.append(f"| {rate['name']} | {value:,} | {ratio2} | {ratio1} |")
+        tries = ", ".join(f"{each:,}" for each in rate.get("rounds", []) if each)
+        lines.append(f"| {rate['name']} | {value:,} | {ratio2} | {ratio1} | {tries} |")
     stage = by_name.get("url-dedup stage")
     scrapy = by_name.get("scrapy-redis style")
     if stage and scrapy:
@@ -171,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--pipelines", default=",".join(PIPELINES),
                         help="which Kafka pipelines to measure, comma-separated (default: all)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="measure each pipeline this many times, alternating; report the best "
+                             "(scrapy-redis style: once)")
     args = parser.parse_args(argv)
     bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
     kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
@@ -180,17 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     h.create_topics(kafka, [source], PARTITIONS)
     records, distinct = frontier(args.records)
     h.produce(kafka, source, ((None, value) for value in records))
-    runs = {"stage": lambda: _stage(kafka, prefix, args.records, work),
-            "passthrough2": lambda: _passthrough(kafka, source, args.records, work, hops=2),
-            "passthrough1": lambda: _passthrough(kafka, source, args.records, work, hops=1),
-            "scrapy-redis": lambda: _scrapy_redis(kafka, source, args.records, work)}
-    measured = {name: runs[name]() for name in args.pipelines.split(",")}
+    runs: dict[str, Callable[[int], dict[str, Any]]] = {
+            "stage": lambda round_: _stage(kafka, prefix, args.records, work, f"bench{round_}"),
+            "passthrough2": lambda _: _passthrough(kafka, source, args.records, work, hops=2),
+            "passthrough1": lambda _: _passthrough(kafka, source, args.records, work, hops=1),
+            "scrapy-redis": lambda _: _scrapy_redis(kafka, source, args.records, work)}
+    measured = _measure(runs, args.pipelines.split(","), args.rounds)
     rates = list(measured.values())
-    emitted = distinct  # checked below when the stage ran
+    exact = True  # checked below when the stage ran: each round emits each planted URL once
     if "stage" in measured:
-        emitted = sum(h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
-                                 value_of=lambda _k, v: v).values())
-        measured["stage"].update(emitted=emitted, distinct=distinct)
+        counts = h.read_all(kafka, Topics(prefix).new_urls, idle_s=1.0,
+                            value_of=lambda _k, v: orjson.loads(v or b"{}")["fingerprint"].encode())
+        rounds = len(measured["stage"]["rounds"])
+        exact = len(counts) == distinct and set(counts.values()) == {rounds}
+        measured["stage"].update(emitted=sum(counts.values()), emitted_distinct=len(counts),
+                                 distinct=distinct)
     results: dict[str, Any] = {
         "meta": {"records": args.records, "distinct": distinct, "repeat_share": 0.7,
                  "date": time.strftime("%Y-%m-%d"),
@@ -209,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     offline = results["offline"]
     kill = results["kill"]
-    ok = emitted == distinct and (offline is None or offline["emitted"] == offline["distinct"])
+    ok = exact and (offline is None or offline["emitted"] == offline["distinct"])
     ok = ok and (kill is None or (kill["lost"], kill["doubled"]) == (0, 0))
     return 0 if ok else 1
 
