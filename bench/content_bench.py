@@ -1,6 +1,7 @@
 """content_seen benchmark (issue 4): throughput on the shared corpus, lookup time, SIGKILLs.
 
-    python -m bench.content_bench [--pages 3000] [--lookup-sizes 100000,1000000,10000000] [--kills 10]
+    python -m bench.content_bench [--pages 3000] [--lookup-sizes 100000,1000000,10000000]
+                                  [--lookup-cache-mb 4096] [--kills 10]
 
 1. Pages/s of one content-seen worker through Kafka (fetched-pages -> shards -> verdicts and unique
    pages, transactions, RocksDB), on the shared corpus's HTML pages (``../shared/corpus``, all
@@ -8,7 +9,8 @@
    the first round is an exact copy of one already seen. Beside it, the same pages through the
    offline mode in one process (no Kafka) and the page analysis alone.
 2. Near-duplicate lookup time against RocksDB block tables holding each of ``--lookup-sizes``
-   fingerprints (bench/content_lookup.py).
+   fingerprints (bench/content_lookup.py), with a block cache of ``--lookup-cache-mb`` that holds
+   them once read (the steady state of a worker sized for its pages).
 3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/simweb.py, all pages at once so
    copies race their originals): every page must get exactly one verdict (read_committed) and no
    cluster of copies may lose all its members.
@@ -155,10 +157,12 @@ def _markdown(results: dict[str, Any]) -> str:
     lines += [f"| {r['name']} | {r['records']:,} | {r['seconds']} | {r['pages_per_s']:,} |"
               for r in results["rates"]]
     lines += ["", "| fingerprints stored | tables | µs per lookup | candidates per lookup | planted near "
-              "copies found | disk bytes per fingerprint | build s |", "|---:|---:|---:|---:|---:|---:|---:|"]
+              "copies found | disk bytes per fingerprint | block cache used / size, MB | build s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['stored']:,} | {r['tables']} | {r['us_per_lookup']} | {r['candidates_per_lookup']} | "
               f"{r['planted_found']:,} / {r['planted']:,} | {r['disk_bytes_per_fingerprint']} | "
-              f"{r['build_s']} |" for r in results["lookup"]]
+              f"{r['cache_used_mb']:,} / {r['block_cache_mb']:,} | {r['build_s']} |"
+              for r in results["lookup"]]
     kill = results.get("kill")
     if kill:
         lines += ["", f"SIGKILLs: {kill['kills']} over {kill['pages']:,} pages (all produced at once): "
@@ -190,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--lookup-sizes", default="100000,1000000,10000000")
+    parser.add_argument("--lookup-cache-mb", type=int, default=content_lookup.BLOCK_CACHE_MB)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--kill-articles", type=int, default=400)
     parser.add_argument("--analysis-processes", type=int, default=2,
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                  "date": time.strftime("%Y-%m-%d"), "pages": len(values), "too_large": too_large,
                  "corpus_pages": len(corpus_files())},
         "rates": rates,
-        "lookup": content_lookup.measure(sizes, work),
+        "lookup": content_lookup.measure(sizes, work, block_cache_mb=args.lookup_cache_mb),
         "kill": _kill_test(kafka, args.kill_articles, args.kills, work) if args.kills else None,
     }
     shutil.rmtree(work, ignore_errors=True)

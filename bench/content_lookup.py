@@ -1,22 +1,34 @@
 """Near-duplicate lookup time against RocksDB block tables holding 10^5 .. 10^7 fingerprints.
 
-A lookup is what the content_seen stage does for one page across its probes: for each table of
-the block design, one point read of the bucket, decode it, and keep the best earlier entry within
-the Hamming threshold (:mod:`streams.pages.buckets`). Here all tables sit in one store (the stage
-spreads them over shards; a shard's read costs the same). Half of the queries are near copies of
-stored fingerprints (1 to k bits flipped, every one must be found), half random ones.
+    python -m bench.content_lookup [--sizes 100000,1000000,10000000] [--queries 20000] [--rounds 3]
+                                   [--block-cache-mb 4096] [--cold]
 
-The store is bulk-built with the same key and entry encodings the stage writes (checked against
-:meth:`BlockDesign.keys` and :class:`Entry.encode` on a sample), grouped per bucket with numpy so
-10^8 entries load in minutes, then compacted as a store that grew over time would be (right after
-a bulk load, every read searches dozens of level-0 files: 397 µs per lookup at 10^7 before
-compaction in one run, against 38 µs at 10^5).
+A lookup is what the content_seen stage's probes do for one page, table after table: one point
+read of the bucket, and the record of each slot within the Hamming threshold, to find the best
+earlier page (:func:`streams.pages.buckets.best_match`). Here all tables sit in one store (the
+stage spreads them over shards; a shard's read costs the same). Half of the queries are near
+copies of stored fingerprints (1 to k bits flipped, every one must be found), half random ones.
+
+The store is bulk-built with the same keys and encodings the stage writes, grouped per bucket with
+numpy so 10^8 slots load in minutes; a sample of buckets and records is rebuilt with the stage's
+own insert rules (:func:`buckets.with_slot`, :func:`buckets.with_page`) and must equal the bulk
+bytes. The store is then compacted as a store that grew over time would be (right after a bulk
+load, every read searches dozens of level-0 files: 397 µs per lookup at 10^7 before compaction in
+one run, against 38 µs at 10^5).
+
+Lookups are timed in the steady state of a worker whose block cache holds its tables: the store
+is read through once (``warm``) before the timing, at every size; ``--cold`` skips that. A
+long-running worker reaches that state by its own lookups; with a block cache smaller than the
+tables (or right after a restart) every read that misses it goes to the OS page cache or the
+disk, which is what the README's first table of 10^7 figures measured (244 µs).
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -26,13 +38,13 @@ import numpy as np
 from streams.pages import buckets
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
-from streams.pages.buckets import Entry
+from streams.pages.buckets import Page, Record
 from streams.runtime.store import RocksStore
 
 URL_FORMAT = "https://bench.example/%010d"
-_ENTRY = np.dtype([("order", "S16"), ("simhash", ">u8"), ("digest", "S16"), ("url_length", ">u2"),
-                   ("url", "S32")])
+BLOCK_CACHE_MB = 4096  # a worker holding 10^7 pages: its tables and records (2.9 GB) fit
 WRITE_BATCH = 200_000
+SAMPLE = 50
 
 
 def _table_keys(design: BlockDesign, fingerprints: np.ndarray, table: int) -> np.ndarray:
@@ -43,61 +55,107 @@ def _table_keys(design: BlockDesign, fingerprints: np.ndarray, table: int) -> np
     return keys
 
 
-def _entries(fingerprints: np.ndarray) -> np.ndarray:
-    """Entry i: order (time i ms), the fingerprint, digest and URL numbered i (``Entry.encode`` layout)."""
-    count = len(fingerprints)
+def _page(i: int, fingerprint: int) -> Page:
+    """Page i: fetched at i ms (partition 0, offset 0), digest and URL numbered i."""
+    return Page(buckets.order_key(i, 0, 0), fingerprint, b"%016d" % i, URL_FORMAT % i)
+
+
+def _record_bytes(count: int) -> np.ndarray:
+    """Every page's record (one page each: the fingerprints are distinct), as :meth:`Page.encode`."""
     numbers = np.arange(count)
-    entries = np.zeros(count, dtype=_ENTRY)
-    orders = np.zeros((count, 16), dtype=np.uint8)
-    orders[:, :8] = numbers.astype(">u8").view(np.uint8).reshape(count, 8)
-    entries["order"] = orders.view("S16").reshape(count)
-    entries["simhash"] = fingerprints
-    entries["digest"] = np.char.zfill(numbers.astype("S16"), 16)
-    entries["url_length"] = len(URL_FORMAT % 0)
-    entries["url"] = np.char.add(b"https://bench.example/", np.char.zfill(numbers.astype("S10"), 10))
-    return entries
+    head = np.zeros((count, 34), dtype=np.uint8)  # order (16) | digest (16) | URL length (2)
+    head[:, :8] = numbers.astype(">u8").view(np.uint8).reshape(count, 8)
+    head[:, 16:32] = np.char.zfill(numbers.astype("S16"), 16).view(np.uint8).reshape(count, 16)
+    head[:, 32:34] = np.full(count, len(URL_FORMAT % 0), dtype=">u2").view(np.uint8).reshape(count, 2)
+    urls = np.char.add(b"https://bench.example/", np.char.zfill(numbers.astype("S10"), 10))
+    width = 34 + len(URL_FORMAT % 0)
+    records = np.zeros((count, width), dtype=np.uint8)
+    records[:, :34] = head
+    records[:, 34:] = urls.view(np.uint8).reshape(count, width - 34)
+    return records
 
 
-def build(path: Path, design: BlockDesign, fingerprints: np.ndarray) -> RocksStore:
+def build(path: Path, design: BlockDesign, fingerprints: np.ndarray,
+          block_cache_mb: int = BLOCK_CACHE_MB) -> RocksStore:
     """A store holding every fingerprint in every table, as the stage would have written it."""
-    store = RocksStore(path)
-    entries = _entries(fingerprints)
-    sample = random.Random(1).sample(range(len(fingerprints)), min(50, len(fingerprints)))
-    for i in sample:
-        expected = Entry(buckets.order_key(i, 0, 0), int(fingerprints[i]), b"%016d" % i, URL_FORMAT % i)
-        assert entries[i].tobytes() == expected.encode(), "bulk entry encoding differs from the stage's"
-    width = design.key_bytes
+    assert len(np.unique(fingerprints)) == len(fingerprints), "one page per SimHash record here"
+    store = RocksStore(path, block_cache_mb=block_cache_mb)
+    sample = random.Random(1).sample(range(len(fingerprints)), min(SAMPLE, len(fingerprints)))
+    _write_records(store, fingerprints, sample)
     for table in range(len(design.tables)):
-        keys = _table_keys(design, fingerprints, table)
-        assert all(design.keys(int(fingerprints[i]))[table] ==
-                   ((table << 8 * (width - 1)) | int(keys[i])).to_bytes(width, "big") for i in sample)
-        _write_table(store, table, width, keys, entries)
+        _write_table(store, design, table, fingerprints, sample)
     store.compact()  # a shard that grew over time is compacted; a bulk load is not yet
     return store
 
 
-def _write_table(store: RocksStore, table: int, width: int, keys: np.ndarray, entries: np.ndarray) -> None:
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
+def _write_records(store: RocksStore, fingerprints: np.ndarray, sample: list[int]) -> None:
+    records = _record_bytes(len(fingerprints)).tobytes()
+    width = len(records) // len(fingerprints)
+    keys = fingerprints.astype(">u8").tobytes()
+    for i in sample:
+        expected = buckets.encode_record(buckets.with_page([], _page(i, int(fingerprints[i])), 64) or [])
+        assert records[width * i:width * (i + 1)] == expected, "bulk record differs from the stage's"
+        assert b"s" + keys[8 * i:8 * i + 8] == buckets.record_key(int(fingerprints[i]))
+    for start in range(0, len(fingerprints), WRITE_BATCH):
+        stop = min(start + WRITE_BATCH, len(fingerprints))
+        store.apply({b"s" + keys[8 * i:8 * i + 8]: records[width * i:width * (i + 1)]
+                     for i in range(start, stop)}, None)
+
+
+def _write_table(store: RocksStore, design: BlockDesign, table: int, fingerprints: np.ndarray,
+                 sample: list[int]) -> None:
+    """Table ``table``: a bucket per key, SimHashes ascending (as :func:`buckets.with_slot` keeps them)."""
+    keys = _table_keys(design, fingerprints, table)
+    order = np.lexsort((fingerprints, keys))
+    sorted_keys, slots = keys[order], fingerprints[order].astype(">u8")
     starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
     ends = np.append(starts[1:], len(order))
+    width = design.key_bytes
     prefix = table << 8 * (width - 1)
+    buckets_written: dict[bytes, bytes] = {}
+    checked = {design.keys(int(fingerprints[i]))[table] for i in sample}
     writes: dict[bytes, bytes | None] = {}
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         key = (prefix | int(sorted_keys[start])).to_bytes(width, "big")
-        writes[b"t" + key] = entries[order[start:end]].tobytes()
+        writes[b"t" + key] = value = slots[start:end].tobytes()
+        if key in checked:
+            buckets_written[key] = value
         if len(writes) >= WRITE_BATCH:
             store.apply(writes, None)
             writes = {}
     store.apply(writes, None)
+    assert buckets_written.keys() == checked, "a sampled fingerprint's table key was not written"
+    for key, value in buckets_written.items():
+        assert value == _stage_bucket(design, table, key, fingerprints, keys), \
+            "bulk bucket differs from the stage's"
 
 
-def lookup(store: RocksStore, design: BlockDesign, fingerprints: np.ndarray, queries: int, k: int,
-           seed: int = 2) -> dict[str, Any]:
-    """Time ``queries`` lookups; half near copies (must be found), half random."""
+def _stage_bucket(design: BlockDesign, table: int, key: bytes, fingerprints: np.ndarray,
+                  keys: np.ndarray) -> bytes:
+    """The bucket the stage's insert rules build from the pages under ``key``, in fetch order."""
+    members = np.flatnonzero(keys == int.from_bytes(key[1:], "big")).tolist()
+    pages = {int(fingerprints[i]): [_page(i, int(fingerprints[i]))] for i in members}
+    bucket: list[int] = []
+    for i in members:
+        simhash = int(fingerprints[i])
+        assert design.keys(simhash)[table] == key
+        bucket = buckets.with_slot(bucket, simhash, 64, lambda slot: pages[slot]) or bucket
+    return buckets.encode_bucket(bucket)
+
+
+def warm(store: RocksStore) -> float:
+    """Read the whole store once, so its blocks are in the block cache; seconds taken."""
+    began = time.perf_counter()
+    for _ in store.items():
+        pass
+    return time.perf_counter() - began
+
+
+def queries(fingerprints: np.ndarray, count: int, k: int, seed: int = 2) -> list[tuple[int, bool]]:
+    """``count`` query fingerprints: even ones near copies of a stored one (planted), odd ones random."""
     rng = random.Random(seed)
     probes: list[tuple[int, bool]] = []
-    for number in range(queries):
+    for number in range(count):
         if number % 2 == 0:
             base = int(fingerprints[rng.randrange(len(fingerprints))])
             for bit in rng.sample(range(64), rng.randint(1, k)):
@@ -105,39 +163,100 @@ def lookup(store: RocksStore, design: BlockDesign, fingerprints: np.ndarray, que
             probes.append((base, True))
         else:
             probes.append((rng.getrandbits(64), False))
+    return probes
+
+
+def lookup(store: RocksStore, design: BlockDesign, probes: list[tuple[int, bool]], k: int) -> dict[str, Any]:
+    """Time the lookups of ``probes``, each as the stage's probes of all tables do it (without inserting)."""
     late = buckets.order_key(2**62, 0, 0)
     found = candidates = 0
+
+    def read(simhash: int) -> Record:
+        return buckets.decode_record(store.get(buckets.record_key(simhash)), simhash)
+
     began = time.perf_counter()
     for fingerprint, planted in probes:
-        page = Entry(late, fingerprint, b"q" * 16, "https://query.example/")
+        page = Page(late, fingerprint, b"q" * 16, "https://query.example/")
         best = None
         for key in design.keys(fingerprint):
             bucket = buckets.decode_bucket(store.get(b"t" + key))
             candidates += len(bucket)
-            match = buckets.best_match(bucket, page, k)
-            best = best or match
+            best = best or buckets.best_match(bucket, page, k, read)
         found += planted and best is not None
     seconds = time.perf_counter() - began
-    return {"lookups": queries, "us_per_lookup": round(seconds / queries * 1e6, 1),
-            "candidates_per_lookup": round(candidates / queries, 2),
-            "planted_found": found, "planted": queries // 2 + queries % 2}
+    return {"lookups": len(probes), "us_per_lookup": round(seconds / len(probes) * 1e6, 1),
+            "candidates_per_lookup": round(candidates / len(probes), 2),
+            "planted_found": found, "planted": sum(planted for _, planted in probes)}
 
 
-def measure(sizes: list[int], work: Path, queries: int = 20_000) -> list[dict[str, Any]]:
+def measure(sizes: list[int], work: Path, queries_per_size: int = 20_000, *, rounds: int = 3,
+            block_cache_mb: int = BLOCK_CACHE_MB, cold: bool = False) -> list[dict[str, Any]]:
+    """Build (and warm) a store per size, then time ``rounds`` rounds of lookups, the sizes taking
+    turns within each round, so that whatever else the machine runs weighs on every size alike;
+    a size's figure is the median of its rounds."""
     settings = PageSettings()
     design = design_for(settings)
-    results = []
-    for size in sizes:
-        fingerprints = np.random.default_rng(size).integers(0, 2**64, size=size, dtype=np.uint64)
-        path = work / f"lookup-{size}"
-        began = time.perf_counter()
-        store = build(path, design, fingerprints)
-        built_s = time.perf_counter() - began
-        result = lookup(store, design, fingerprints, queries, settings.hamming_threshold)
-        disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        store.close()
-        shutil.rmtree(path, ignore_errors=True)
-        results.append({"stored": size, "tables": len(design.tables), "build_s": round(built_s, 1),
-                        "disk_bytes_per_fingerprint": round(disk / size, 1), **result})
-        print(results[-1], flush=True)
-    return results
+    k = settings.hamming_threshold
+    stores, prints, rows = [], [], []
+    try:
+        for size in sizes:
+            fingerprints = np.random.default_rng(size).integers(0, 2**64, size=size, dtype=np.uint64)
+            path = work / f"lookup-{size}"
+            began = time.perf_counter()
+            store = build(path, design, fingerprints, block_cache_mb)
+            stores.append(store)
+            built_s = time.perf_counter() - began
+            disk = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            rows.append({"stored": size, "tables": len(design.tables), "build_s": round(built_s, 1),
+                         "disk_bytes_per_fingerprint": round(disk / size, 1),
+                         "block_cache_mb": block_cache_mb, "warm_s": None if cold else round(warm(store), 1)})
+            prints.append(fingerprints)
+        timings: list[list[dict[str, Any]]] = [[] for _ in sizes]
+        for number in range(rounds):
+            for index, (store, fingerprints) in enumerate(zip(stores, prints, strict=True)):
+                timings[index].append(lookup(store, design, queries(fingerprints, queries_per_size, k,
+                                                                    seed=2 + number), k))
+        for row, store, timed in zip(rows, stores, timings, strict=True):
+            row.update(_summary(timed), cache_used_mb=round(store.block_cache_usage_bytes() / 2**20))
+            print(row, flush=True)
+    finally:
+        for store in stores:
+            store.close()
+        for size in sizes:
+            shutil.rmtree(work / f"lookup-{size}", ignore_errors=True)
+    return rows
+
+
+def _summary(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one size: the median µs per lookup (each round's too), candidates, planted found."""
+    lookups = sum(t["lookups"] for t in timed)
+    candidates = sum(t["candidates_per_lookup"] * t["lookups"] for t in timed)
+    return {"us_per_lookup": float(np.median([t["us_per_lookup"] for t in timed])),
+            "us_per_round": [t["us_per_lookup"] for t in timed], "lookups": lookups,
+            "candidates_per_lookup": round(candidates / lookups, 2),
+            "planted_found": sum(t["planted_found"] for t in timed),
+            "planted": sum(t["planted"] for t in timed)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100000,1000000,10000000")
+    parser.add_argument("--queries", type=int, default=20_000, help="lookups per size and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--block-cache-mb", type=int, default=BLOCK_CACHE_MB)
+    parser.add_argument("--cold", action="store_true", help="time lookups without reading the store first")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="content-lookup-"))
+    try:
+        results = measure([int(size) for size in args.sizes.split(",") if size], work, args.queries,
+                          rounds=args.rounds, block_cache_mb=args.block_cache_mb, cold=args.cold)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    ratio = results[-1]["us_per_lookup"] / results[0]["us_per_lookup"]
+    print(f"largest / smallest: {ratio:.2f}")
+    return 0 if ratio <= 2 and all(r["planted_found"] == r["planted"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -158,7 +158,8 @@ MEANINGS = {
     ("content_seen", "min_main_chars"):
         "a main text shorter than this is replaced by the page's full text",
     ("content_seen", "max_bucket_entries"):
-        "entries a block-table bucket keeps (the earliest pages); bounds the work per lookup",
+        "SimHashes a block-table bucket keeps, and pages a SimHash record keeps (the earliest); "
+        "bounds the work per lookup",
     ("content_seen", "analysis_processes"):
         "child processes analysing a batch's pages in parallel (0: in the worker)",
     ("revisit", "policy"):

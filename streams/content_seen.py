@@ -11,20 +11,24 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
    SimHash it (:mod:`streams.pages.analyze`). A page with no text to compare gets its ``skipped``
    verdict here. Otherwise: one *page* record to the page's gather shard (keyed by its order key)
    and one *probe* per block table to the shard owning that table key.
-2. *probe* (the table key's shard): find the best earlier entry within the Hamming threshold in
-   the bucket (:func:`streams.pages.buckets.best_match`), insert the page, and send a *reply* to
-   the gather shard.
+2. *probe* (the table key's shard): find the best earlier page within the Hamming threshold
+   through the bucket (:func:`streams.pages.buckets.best_match`), insert the page, and send a
+   *reply* to the gather shard.
 3. *page* and *reply* (the gather shard): keep the page until all its replies are in (the page
    record was committed before any probe was answered, so it always arrives first), then emit the
    verdict, and the page itself to the unique-pages topic when nothing earlier matched.
 
-State keys (one prefix per kind): ``t`` + table key -> bucket; ``p`` + order -> waiting page;
-``a`` + order -> replies so far. The block design and feature version are recorded per shard and
-a worker with other settings refuses the shard instead of mixing two fingerprint spaces.
+State keys (one prefix per kind, layout :data:`streams.pages.buckets.LAYOUT`): ``t`` + table key
+-> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with that
+SimHash (order, digest, URL); ``p`` + order -> waiting page; ``a`` + order -> replies so far. The
+block design and feature version are recorded per shard and a worker with other settings refuses
+the shard instead of mixing two fingerprint spaces; the state layout is recorded beside them and a
+shard in another layout is refused (:class:`StateError`) instead of misread.
 
 A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
-is stored in up to ``max_bucket_entries`` entries of every block table it enters and written in
-verdicts, keys and replies, so its length bounds the state and records of other pages too.
+is stored in its SimHash's record in every shard holding one of its table keys (among up to
+``max_bucket_entries`` pages) and written in verdicts, keys and replies, so its length bounds the
+state and records of other pages too.
 """
 
 from __future__ import annotations
@@ -41,10 +45,10 @@ from typing import Any
 import orjson
 
 from streams import records
-from streams.errors import ConfigError, RecordRejected
+from streams.errors import ConfigError, RecordRejected, StateError
 from streams.pages import buckets
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
-from streams.pages.buckets import Entry, Match
+from streams.pages.buckets import Match, Page, Record
 from streams.pages.decode import Skipped
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
@@ -58,6 +62,7 @@ from streams.urls.canonical import CanonicalSettings
 
 STAGE = "content-seen"
 DESIGN_KEY = b"meta:block_design"
+LAYOUT_KEY = b"meta:state_layout"
 PAGE, PROBE, REPLY = b"P", b"Q", b"R"
 _PROBE_HEAD = struct.Struct(">16sQ16s")
 _REPLY_HEAD = struct.Struct(">16sBB")
@@ -68,7 +73,7 @@ MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages'
 class ContentSeenSettings(PageSettings):
     """Settings of the page stage (``[content_seen]`` in TOML, ``STREAMS_CONTENT_SEEN_*``)."""
 
-    max_bucket_entries: int = 64     # a bucket keeps its earliest entries beyond this
+    max_bucket_entries: int = 64     # slots a bucket keeps, pages a SimHash record keeps (the earliest)
     analysis_processes: int = 0      # child processes analysing pages in parallel (0: in the worker)
 
 
@@ -122,7 +127,7 @@ class ContentSeenStage:
     def open_shard(self, partition: int, store: PartitionStore) -> None:
         found = store.get(DESIGN_KEY)
         if found is not None:
-            self._refuse_other_design(partition, found)
+            self._refuse_other_design(partition, found, store.get(LAYOUT_KEY))
             self._checked.add(partition)
 
     def _check_design(self, partition: int, state: BatchState) -> None:
@@ -131,15 +136,22 @@ class ContentSeenStage:
         found = state.get(DESIGN_KEY)
         if found is None:
             state.set(DESIGN_KEY, self._design_id)
+            state.set(LAYOUT_KEY, buckets.LAYOUT)
         else:
-            self._refuse_other_design(partition, found)
+            self._refuse_other_design(partition, found, state.get(LAYOUT_KEY))
         self._checked.add(partition)
 
-    def _refuse_other_design(self, partition: int, found: bytes) -> None:
+    def _refuse_other_design(self, partition: int, found: bytes, layout: bytes | None) -> None:
         if found != self._design_id:
             raise ConfigError(
                 f"shard {partition} holds block tables built as {found.decode(errors='replace')}, this "
                 f"worker uses {self._design_id.decode()}: keep the old settings, or start a new app_id")
+        if layout != buckets.LAYOUT:  # layout 1 recorded none: order, digest and URL in every slot
+            old = (layout or b"1").decode(errors="replace")
+            raise StateError(
+                f"shard {partition} holds content-seen state in layout {old}, this version reads layout "
+                f"{buckets.LAYOUT.decode()}: its changelog holds the old layout too, so start a new app_id "
+                "(and replay the pages to rebuild the tables)")
 
     # -- 1. route ------------------------------------------------------------------------------
 
@@ -167,7 +179,7 @@ class ContentSeenStage:
             self.decisions["skipped"] += 1
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
-        page = Entry(order, analysis.simhash, analysis.text_digest, record["url"])
+        page = Page(order, analysis.simhash, analysis.text_digest, record["url"])
         table_keys = self._design.keys(analysis.simhash)
         emits = [Emit(self.state_topic, PAGE + _encode_page(record, body, analysis, len(table_keys)), order)]
         probe = PROBE + _PROBE_HEAD.pack(order, page.simhash, page.text_digest) + page.url.encode(
@@ -194,13 +206,27 @@ class ContentSeenStage:
         raise RecordRejected("invalid_shard_record", f"unknown shard record kind {kind!r}")
 
     def _probe(self, table_key: bytes, body: bytes, state: BatchState) -> list[Emit]:
+        """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
+        into the bucket (records first, so a full bucket can rank the new slot by its earliest page)."""
         order, simhash, digest = _PROBE_HEAD.unpack_from(body)
-        page = Entry(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"))
+        page = Page(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"))
+        records: dict[int, Record] = {}
+
+        def read(slot: int) -> Record:
+            if slot not in records:
+                records[slot] = buckets.decode_record(state.get(buckets.record_key(slot)), slot)
+            return records[slot]
+
+        limit = self.settings.max_bucket_entries
         bucket = buckets.decode_bucket(state.get(b"t" + table_key))
-        match = buckets.best_match(bucket, page, self.settings.hamming_threshold)
-        grown = buckets.with_entry(bucket, page, self.settings.max_bucket_entries)
+        match = buckets.best_match(bucket, page, self.settings.hamming_threshold, read)
+        grown = buckets.with_page(read(simhash), page, limit)
         if grown is not None:
-            state.set(b"t" + table_key, buckets.encode_bucket(grown))
+            records[simhash] = grown
+            state.set(buckets.record_key(simhash), buckets.encode_record(grown))
+        slots = buckets.with_slot(bucket, simhash, limit, read)
+        if slots is not None:
+            state.set(b"t" + table_key, buckets.encode_bucket(slots))
         return [Emit(self.state_topic, REPLY + _encode_match(match), order)]
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:

@@ -8,8 +8,9 @@ import orjson
 import pytest
 
 from streams import simweb
-from streams.content_seen import ContentSeenSettings, ContentSeenStage
-from streams.errors import ConfigError
+from streams.content_seen import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
+from streams.errors import ConfigError, StateError
+from streams.pages import buckets
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
@@ -50,7 +51,35 @@ def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     store = MemoryStore()
     _verdicts(ContentSeenStage(TOPICS, "a"), store, simweb.crawl(seed=4, articles=6))
     kinds = {key[:1] for key, _ in store.items()}
-    assert kinds <= {b"t", b"m"}, kinds  # buckets and metadata; no page or progress left behind
+    assert kinds <= {b"t", b"s", b"m"}, kinds  # buckets, records, metadata; no page or progress left
+
+
+def test_a_shard_in_the_old_layout_is_refused() -> None:
+    """Layout 1 recorded the design but no layout: its buckets would be misread as slots."""
+    store = MemoryStore()
+    pages = simweb.crawl(seed=2, articles=2)
+    _verdicts(ContentSeenStage(TOPICS, "a"), store, pages)
+    assert store.get(LAYOUT_KEY) == buckets.LAYOUT
+    store.apply({LAYOUT_KEY: None}, None)
+    with pytest.raises(StateError, match="layout 1"):
+        ContentSeenStage(TOPICS, "a").open_shard(0, store)
+
+
+def test_tables_hold_simhashes_and_records_hold_each_page_once() -> None:
+    store = MemoryStore()
+    pages = simweb.crawl(seed=3, articles=5)
+    verdicts = _verdicts(ContentSeenStage(TOPICS, "a"), store, pages)
+    data = dict(store.items())
+    slots = [simhash for key, value in data.items() if key[:1] == b"t"
+             for simhash in buckets.decode_bucket(value)]
+    records = {int.from_bytes(key[1:], "big"): buckets.decode_record(value, int.from_bytes(key[1:], "big"))
+               for key, value in data.items() if key[:1] == b"s"}
+    assert set(slots) == set(records)  # every slot has its record, every record a slot
+    stored_urls = [page.url for record in records.values() for page in record]
+    assert len(stored_urls) == len({(page.order, page.url) for r in records.values() for page in r})
+    exact = sum(1 for verdict in verdicts if verdict.get("kind") == "exact")
+    compared = sum(1 for verdict in verdicts if verdict["verdict"] != "skipped")
+    assert len(stored_urls) == compared - exact  # exact copies are not stored again
 
 
 def test_analysis_processes_give_the_same_routes() -> None:

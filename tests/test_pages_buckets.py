@@ -1,4 +1,4 @@
-"""Block-table buckets: encoding, the probe rule (earlier only) and the insert rule."""
+"""Block-table buckets and SimHash records: encodings, the probe rule (earlier only), the insert rules."""
 
 from __future__ import annotations
 
@@ -6,31 +6,54 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.errors import StateError
 from streams.pages import buckets
-from streams.pages.buckets import Entry, Match
+from streams.pages.buckets import Match, Page, Record
 
 
-def entry(order: int, simhash: int, url: str, digest: bytes = b"d" * 16) -> Entry:
-    return Entry(buckets.order_key(order, 0, 0), simhash, digest, url)
+def page(order: int, simhash: int, url: str, digest: bytes = b"d" * 16) -> Page:
+    return Page(buckets.order_key(order, 0, 0), simhash, digest, url)
 
 
-entries = st.builds(
-    Entry,
-    order=st.binary(min_size=16, max_size=16),
-    simhash=st.integers(min_value=0, max_value=2**64 - 1),
-    text_digest=st.binary(min_size=16, max_size=16),
-    url=st.text(max_size=200),
-)
+def reader(*pages: Page) -> buckets.RecordReader:
+    """Records as a shard would hold them: the pages of each SimHash, earliest first."""
+    records: dict[int, Record] = {}
+    for stored in sorted(pages, key=lambda p: p.order):
+        records.setdefault(stored.simhash, []).append(stored)
+    return lambda simhash: records.get(simhash, [])
 
 
-@given(st.lists(entries, max_size=20))
-def test_bucket_encoding_round_trips(bucket: list[Entry]) -> None:
-    assert buckets.decode_bucket(buckets.encode_bucket(bucket)) == bucket
+def probe(stored: list[Page], query: Page) -> Match | None:
+    bucket = sorted({p.simhash for p in stored})
+    return buckets.best_match(bucket, query, 3, reader(*stored))
 
 
-def test_missing_bucket_is_empty() -> None:
-    assert buckets.decode_bucket(None) == []
-    assert buckets.decode_bucket(b"") == []
+simhashes = st.integers(min_value=0, max_value=2**64 - 1)
+pages = st.builds(Page, order=st.binary(min_size=16, max_size=16), simhash=st.just(7),
+                  text_digest=st.binary(min_size=16, max_size=16), url=st.text(max_size=200))
+
+
+@given(st.lists(simhashes, max_size=20))
+def test_bucket_encoding_round_trips(bucket: list[int]) -> None:
+    encoded = buckets.encode_bucket(bucket)
+    assert len(encoded) == buckets.SLOT_BYTES * len(bucket)
+    assert buckets.decode_bucket(encoded) == bucket
+
+
+@given(st.lists(pages, max_size=20))
+def test_record_encoding_round_trips(record: Record) -> None:
+    assert buckets.decode_record(buckets.encode_record(record), 7) == record
+
+
+def test_missing_bucket_and_record_are_empty() -> None:
+    assert buckets.decode_bucket(None) == [] and buckets.decode_bucket(b"") == []
+    assert buckets.decode_record(None, 1) == []
+
+
+def test_a_bucket_of_another_layout_is_refused() -> None:
+    layout_1_entry = bytes(16) + bytes(8) + bytes(16) + (3).to_bytes(2, "big") + b"url"  # 45 bytes
+    with pytest.raises(StateError, match="slots"):
+        buckets.decode_bucket(layout_1_entry)
 
 
 def test_order_key_sorts_by_time_then_partition_then_offset() -> None:
@@ -40,64 +63,109 @@ def test_order_key_sorts_by_time_then_partition_then_offset() -> None:
     assert len(keys[0]) == buckets.ORDER_BYTES
 
 
-PAGE = entry(10, 0b1111, "https://b.example/x", b"p" * 16)
+PAGE = page(10, 0b1111, "https://b.example/x", b"p" * 16)
 
 
-@pytest.mark.parametrize(("bucket", "expected"), [
+@pytest.mark.parametrize(("stored", "expected"), [
     ([], None),
-    # later entries are never the original of an earlier page
-    ([entry(11, 0b1111, "https://a.example/")], None),
+    # later pages are never the original of an earlier page
+    ([page(11, 0b1111, "https://a.example/")], None),
     # an unchanged refetch of the same URL is a copy of its earlier fetch
-    ([entry(1, 0b1111, "https://b.example/x")], Match(buckets.order_key(1, 0, 0), "https://b.example/x", 0,
-                                                      False)),
+    ([page(1, 0b1111, "https://b.example/x")], Match(buckets.order_key(1, 0, 0), "https://b.example/x", 0,
+                                                     False)),
     # over the threshold (4 bits)
-    ([entry(1, 0b1111 ^ 0b1111 << 8, "https://a.example/")], None),
+    ([page(1, 0b1111 ^ 0b1111 << 8, "https://a.example/")], None),
     # within the threshold
-    ([entry(1, 0b1110, "https://a.example/")], Match(buckets.order_key(1, 0, 0), "https://a.example/", 1,
-                                                    False)),
+    ([page(1, 0b1110, "https://a.example/")], Match(buckets.order_key(1, 0, 0), "https://a.example/", 1,
+                                                   False)),
     # exact copy beats a nearer-in-time near copy; nearest beats earliest
-    ([entry(1, 0b1100, "https://n.example/"), entry(2, 0b1111, "https://e.example/", b"p" * 16)],
+    ([page(1, 0b1100, "https://n.example/"), page(2, 0b1111, "https://e.example/", b"p" * 16)],
      Match(buckets.order_key(2, 0, 0), "https://e.example/", 0, True)),
-    ([entry(1, 0b1100, "https://far.example/"), entry(2, 0b1110, "https://near.example/")],
+    ([page(1, 0b1100, "https://far.example/"), page(2, 0b1110, "https://near.example/")],
      Match(buckets.order_key(2, 0, 0), "https://near.example/", 1, False)),
-    ([entry(2, 0b1110, "https://late.example/"), entry(1, 0b1101, "https://early.example/")],
+    ([page(2, 0b1110, "https://late.example/"), page(1, 0b1101, "https://early.example/")],
      Match(buckets.order_key(1, 0, 0), "https://early.example/", 1, False)),
+    # two pages of one SimHash: the exact one first, and only earlier ones
+    ([page(1, 0b1111, "https://near.example/"), page(3, 0b1111, "https://exact.example/", b"p" * 16),
+      page(12, 0b1111, "https://later.example/", b"p" * 16)],
+     Match(buckets.order_key(3, 0, 0), "https://exact.example/", 0, True)),
 ])
-def test_best_match(bucket: list[Entry], expected: Match | None) -> None:
-    assert buckets.best_match(bucket, PAGE, hamming_threshold=3) == expected
+def test_best_match(stored: list[Page], expected: Match | None) -> None:
+    assert probe(stored, PAGE) == expected
 
 
-def test_insert_keeps_order_and_skips_replays_and_exact_copies() -> None:
-    first = entry(5, 1, "https://a.example/", b"a" * 16)
-    bucket = buckets.with_entry([], first, max_entries=4)
-    assert bucket == [first]
-    assert buckets.with_entry(bucket, first, max_entries=4) is None            # replayed probe
-    copy = entry(6, 1, "https://mirror.example/", b"a" * 16)
-    assert buckets.with_entry(bucket, copy, max_entries=4) is None             # exact copy of an earlier
-    earlier = entry(1, 1, "https://z.example/", b"z" * 16)
-    assert buckets.with_entry(bucket, earlier, max_entries=4) == [earlier, first]
+def test_only_records_of_slots_within_the_threshold_are_read() -> None:
+    read: list[int] = []
+    stored = reader(page(1, 0b1110, "https://a.example/"))
+
+    def tracking(simhash: int) -> Record:
+        read.append(simhash)
+        return stored(simhash)
+
+    buckets.best_match([0b1110, 0b1111 ^ 0xFFFF << 16], PAGE, 3, tracking)
+    assert read == [0b1110]
 
 
-def test_full_bucket_keeps_its_earliest_entries() -> None:
-    bucket = [entry(order, order, f"https://{order}.example/", bytes([order]) * 16) for order in range(4)]
-    late = entry(9, 9, "https://late.example/", b"l" * 16)
-    assert buckets.with_entry(bucket, late, max_entries=4) is None
-    early = entry(0, 7, "https://early.example/", b"e" * 16)
-    grown = buckets.with_entry(bucket[1:], early, max_entries=3)
+def test_a_slot_without_its_record_is_an_error() -> None:
+    with pytest.raises(StateError, match="no record"):
+        buckets.best_match([0b1111], PAGE, 3, reader())
+
+
+def test_record_insert_keeps_order_and_skips_replays_and_exact_copies() -> None:
+    first = page(5, 1, "https://a.example/", b"a" * 16)
+    record = buckets.with_page([], first, max_entries=4)
+    assert record == [first]
+    assert buckets.with_page(record, first, max_entries=4) is None          # replayed probe
+    copy = page(6, 1, "https://mirror.example/", b"a" * 16)
+    assert buckets.with_page(record, copy, max_entries=4) is None           # exact copy of an earlier
+    earlier = page(1, 1, "https://z.example/", b"z" * 16)
+    assert buckets.with_page(record, earlier, max_entries=4) == [earlier, first]
+
+
+def test_full_record_keeps_its_earliest_pages() -> None:
+    record = [page(order, 1, f"https://{order}.example/", bytes([order]) * 16) for order in range(4)]
+    assert buckets.with_page(record, page(9, 1, "https://late.example/", b"l" * 16), max_entries=4) is None
+    early = page(0, 1, "https://early.example/", b"e" * 16)
+    grown = buckets.with_page(record[1:], early, max_entries=3)
     assert grown is not None and grown[0] == early and len(grown) == 3
 
 
-@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 100), st.integers(1, 100),
+def test_slot_insert_is_sorted_and_once() -> None:
+    assert buckets.with_slot([], 5, max_entries=4, read=reader()) == [5]
+    assert buckets.with_slot([5], 5, max_entries=4, read=reader()) is None
+    assert buckets.with_slot([5, 9], 7, max_entries=4, read=reader()) == [5, 7, 9]
+
+
+def test_full_bucket_keeps_the_slots_of_its_earliest_pages() -> None:
+    stored = [page(order, 100 + order, f"https://{order}.example/") for order in range(1, 5)]
+    bucket = [p.simhash for p in stored]
+    late = page(9, 999, "https://late.example/")
+    assert buckets.with_slot(bucket, late.simhash, 4, reader(*stored, late)) is None
+    early = page(0, 7, "https://early.example/")
+    assert buckets.with_slot(bucket, early.simhash, 4, reader(*stored, early)) == [7, 101, 102, 103]
+
+
+@given(simhashes, st.integers(0, 2**64 - 1), st.integers(0, 100), st.integers(1, 100), st.booleans(),
        st.booleans())
 def test_racing_near_copies_never_both_lose(simhash_a: int, flip: int, time_a: int, gap: int,
-                                            b_probes_first: bool) -> None:
+                                            b_probes_first: bool, same_text: bool) -> None:
     """Whichever order two copies reach a bucket in, the earlier one is never called a duplicate."""
-    a = entry(time_a, simhash_a, "https://a.example/")
-    b = entry(time_a + gap, simhash_a ^ (flip & 0b111), "https://b.example/")
+    digest_b = b"a" * 16 if same_text else b"b" * 16
+    a = page(time_a, simhash_a, "https://a.example/", b"a" * 16)
+    b = page(time_a + gap, simhash_a ^ (flip & 0b111) if not same_text else simhash_a, "https://b.example/",
+             digest_b)
     first, second = (b, a) if b_probes_first else (a, b)
-    bucket: list[Entry] = []
+    bucket: list[int] = []
+    records: dict[int, Record] = {}
     verdicts = {}
-    for page in (first, second):
-        verdicts[page.url] = buckets.best_match(bucket, page, hamming_threshold=3)
-        bucket = buckets.with_entry(bucket, page, max_entries=8) or bucket
+    for probing in (first, second):
+        def read(simhash: int) -> Record:
+            return records.get(simhash, [])
+        verdicts[probing.url] = buckets.best_match(bucket, probing, 3, read)
+        grown = buckets.with_page(read(probing.simhash), probing, 8)
+        if grown is not None:
+            records[probing.simhash] = grown
+        bucket = buckets.with_slot(bucket, probing.simhash, 8, read) or bucket
     assert verdicts["https://a.example/"] is None
+    if not b_probes_first:
+        assert verdicts["https://b.example/"] is not None

@@ -1,34 +1,49 @@
-"""What one block-table key holds, as bytes, and the two rules applied to it: probe and insert.
+"""What one block-table key holds, as bytes, and the rules applied to it: probe and insert.
 
 A near-duplicate lookup (Manku, Jain and Das Sarma, WWW 2007, section 3) looks a fingerprint's key
 up in every table of the block design (:mod:`streams.pages.blocks`); each table key names a
-*bucket* of the pages stored under it. Here a bucket is one value in the shard's store, so a probe
-is one point read and an insert one write, both changelogged like any other state.
+*bucket* of the fingerprints stored under it. Here a bucket is one value in the shard's store, so
+a probe is one point read, changelogged like any other state when it inserts.
 
-Entries carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
+State layout 2 (:data:`LAYOUT`). A bucket holds *slots*: the distinct SimHashes stored under its
+key, 8 bytes each, which is all a probe needs to rule a stored page out (over the Hamming
+threshold), as it nearly always does. The pages themselves are in the shard's *record* of their
+SimHash, read only for a slot within the threshold: ``order (16) | text_digest (16) |
+url_length (2) | url`` per page, earliest first. Pages with one SimHash share its record, so every
+table reaching it in the shard reads the same one, and an exact copy (same text, so same SimHash)
+is found there. Layout 1 repeated order, digest and URL in every slot of every table: 74 bytes a
+slot for the benchmark's 32-byte URLs against 8, so at 10^7 pages the tables outgrew any
+reasonable block cache and a lookup's reads went to disk (``bench/content_lookup.py``).
+
+Pages carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
 all big-endian) so that "earlier" means the same thing on every partition. A probe only reports
-*earlier* entries; when two near-duplicates race through different partitions, each may see the
+*earlier* pages; when two near-duplicates race through different partitions, each may see the
 other in some bucket, but only the later one can call the other its original, so the earliest
 page of a cluster always stays unique (issue 4: never drop every member of a cluster).
-
-Entry layout: ``order (16) | simhash (8) | text_digest (16) | url_length (2) | url (UTF-8)``;
-a bucket is its entries concatenated, earliest first.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from streams.errors import StateError
+
+LAYOUT = b"2"  # recorded per shard: a shard in another layout is refused, never misread
 ORDER_BYTES = 16
 DIGEST_BYTES = 16
-_HEAD = struct.Struct(">16sQ16sH")
+SLOT_BYTES = 8
+_PAGE_HEAD = struct.Struct(">16s16sH")  # order, text digest, URL length
 MAX_URL_BYTES = 0xFFFF
+
+Record = list["Page"]
+RecordReader = Callable[[int], Record]  # SimHash -> its record's pages ([] when there is none)
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    """One stored page under one table key."""
+class Page:
+    """One stored page, or the page a probe looks up."""
 
     order: bytes
     simhash: int
@@ -36,8 +51,9 @@ class Entry:
     url: str
 
     def encode(self) -> bytes:
+        """The page as its SimHash's record stores it (the SimHash is the record's key)."""
         url = self.url.encode("utf-8", "surrogatepass")[:MAX_URL_BYTES]
-        return _HEAD.pack(self.order, self.simhash, self.text_digest, len(url)) + url
+        return _PAGE_HEAD.pack(self.order, self.text_digest, len(url)) + url
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,55 +74,100 @@ def order_key(timestamp_ms: int, partition: int, offset: int) -> bytes:
     return struct.pack(">QH", max(0, timestamp_ms), partition & 0xFFFF) + max(0, offset).to_bytes(6, "big")
 
 
-def decode_bucket(raw: bytes | None) -> list[Entry]:
-    """The entries of a stored bucket (none for a missing key)."""
-    entries: list[Entry] = []
+def record_key(simhash: int) -> bytes:
+    """The state key of a SimHash's record (the stage's ``s`` prefix)."""
+    return b"s" + simhash.to_bytes(SLOT_BYTES, "big")
+
+
+def decode_bucket(raw: bytes | None) -> list[int]:
+    """The SimHashes of a stored bucket (none for a missing key)."""
     if not raw:
-        return entries
+        return []
+    if len(raw) % SLOT_BYTES:
+        raise StateError(f"a bucket of {len(raw)} bytes is not made of {SLOT_BYTES}-byte slots")
+    return list(struct.unpack(f">{len(raw) // SLOT_BYTES}Q", raw))
+
+
+def encode_bucket(bucket: list[int]) -> bytes:
+    return struct.pack(f">{len(bucket)}Q", *bucket)
+
+
+def decode_record(raw: bytes | None, simhash: int) -> Record:
+    """The pages of a stored record (none for a missing key), earliest first."""
+    pages: Record = []
+    if not raw:
+        return pages
     view, position = memoryview(raw), 0
     while position < len(raw):
-        order, simhash, digest, url_length = _HEAD.unpack_from(view, position)
-        position += _HEAD.size
+        order, digest, url_length = _PAGE_HEAD.unpack_from(view, position)
+        position += _PAGE_HEAD.size
         url = bytes(view[position:position + url_length]).decode("utf-8", "surrogatepass")
         position += url_length
-        entries.append(Entry(order, simhash, digest, url))
-    return entries
+        pages.append(Page(order, simhash, digest, url))
+    return pages
 
 
-def encode_bucket(entries: list[Entry]) -> bytes:
-    return b"".join(entry.encode() for entry in entries)
+def encode_record(pages: Record) -> bytes:
+    return b"".join(page.encode() for page in pages)
 
 
-def best_match(bucket: list[Entry], page: Entry, hamming_threshold: int) -> Match | None:
-    """The best *earlier* entry within ``hamming_threshold`` bits of ``page``, if any.
+def best_match(bucket: list[int], page: Page, hamming_threshold: int, read: RecordReader) -> Match | None:
+    """The best *earlier* stored page within ``hamming_threshold`` bits of ``page``, if any.
 
-    An earlier fetch of the same URL counts like any other page: an unchanged refetch is reported
-    as a copy of its own earlier fetch, so its content is not passed on as new a second time.
+    Only the records of slots within the threshold are read. An earlier fetch of the same URL
+    counts like any other page: an unchanged refetch is reported as a copy of its own earlier
+    fetch, so its content is not passed on as new a second time.
     """
     best: Match | None = None
-    for entry in bucket:
-        if entry.order >= page.order:
-            continue
-        distance = (entry.simhash ^ page.simhash).bit_count()
+    for simhash in bucket:
+        distance = (simhash ^ page.simhash).bit_count()
         if distance > hamming_threshold:
             continue
-        found = Match(entry.order, entry.url, distance, entry.text_digest == page.text_digest)
-        if best is None or found.rank() < best.rank():
-            best = found
+        stored = read(simhash)
+        if not stored:
+            raise StateError(f"slot {simhash:016x} has no record")
+        for other in stored:
+            if other.order >= page.order:
+                break  # earliest first: the rest are later too
+            found = Match(other.order, other.url, distance, other.text_digest == page.text_digest)
+            if best is None or found.rank() < best.rank():
+                best = found
     return best
 
 
-def with_entry(bucket: list[Entry], page: Entry, max_entries: int) -> list[Entry] | None:
-    """The bucket with ``page`` inserted, or None when it need not change.
+def with_page(record: Record, page: Page, max_entries: int) -> Record | None:
+    """``page``'s SimHash record with ``page`` in it, or None when it need not change.
 
-    Not inserted: a page already there (a replayed probe), and an exact copy of an earlier entry
-    (that entry already stands for it, so mass-copied pages do not fill buckets). A bucket over
-    ``max_entries`` keeps its earliest entries: those are the originals later pages should find.
+    Not inserted: a page already there (a replayed probe, or another table's probe in this shard),
+    and an exact copy of an earlier page (same text digest: that page already stands for it, so
+    mass-copied pages do not fill records). A record over ``max_entries`` keeps its earliest pages:
+    those are the originals later pages should find.
     """
-    for entry in bucket:
-        if entry.order == page.order:
+    for other in record:
+        if other.order == page.order:
             return None
-        if entry.order < page.order and entry.text_digest == page.text_digest:
+        if other.order < page.order and other.text_digest == page.text_digest:
             return None
-    grown = sorted([*bucket, page], key=lambda entry: entry.order)[:max_entries]
+    grown = sorted([*record, page], key=lambda other: other.order)[:max_entries]
     return grown if page in grown else None
+
+
+def with_slot(bucket: list[int], simhash: int, max_entries: int, read: RecordReader) -> list[int] | None:
+    """The bucket with ``simhash`` in it, or None when it need not change.
+
+    A full bucket (``max_entries`` slots) keeps the slots whose earliest pages are earliest, read
+    from their records (only then: buckets hold about 0.3 slots at the design's expected pages).
+    """
+    if simhash in bucket:
+        return None
+    if len(bucket) < max_entries:
+        return sorted([*bucket, simhash])
+
+    def earliest(slot: int) -> bytes:
+        stored = read(slot)
+        if not stored:
+            raise StateError(f"slot {slot:016x} has no record")
+        return stored[0].order
+
+    kept = sorted([*bucket, simhash], key=lambda slot: (earliest(slot), slot))[:max_entries]
+    return sorted(kept) if simhash in kept else None

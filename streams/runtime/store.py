@@ -196,6 +196,10 @@ class RocksStore:
         """The block cache's capacity in bytes, as RocksDB reports it."""
         return self._db.property_int_value("rocksdb.block-cache-capacity") or 0
 
+    def block_cache_usage_bytes(self) -> int:
+        """Bytes the block cache holds now (benchmarks: does the working set fit?)."""
+        return self._db.property_int_value("rocksdb.block-cache-usage") or 0
+
     def compact(self) -> None:
         """Compact the whole store (after a bulk load, so reads do not search many level-0 files)."""
         self._db.compact_range(None, None)
