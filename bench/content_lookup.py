@@ -10,11 +10,11 @@ stage spreads them over shards; a shard's read costs the same). Half of the quer
 copies of stored fingerprints (1 to k bits flipped, every one must be found), half random ones.
 
 The store is bulk-built with the same keys and encodings the stage writes, grouped per bucket with
-numpy so 10^8 slots load in minutes; a sample of buckets and records is rebuilt with the stage's
-own insert rules (:func:`buckets.with_slot`, :func:`buckets.with_page`) and must equal the bulk
-bytes. The store is then compacted as a store that grew over time would be (right after a bulk
-load, every read searches dozens of level-0 files: 397 µs per lookup at 10^7 before compaction in
-one run, against 38 µs at 10^5).
+numpy so 10^8 slots load in minutes; for a sample of pages, the stage itself
+(:meth:`ContentSeenStage.process`) is sent the probes of every page in each of their buckets, and
+the buckets and records it writes must equal the bulk bytes. The store is then compacted as a
+store that grew over time would be (right after a bulk load, every read searches dozens of level-0
+files: 397 µs per lookup at 10^7 before compaction in one run, against 38 µs at 10^5).
 
 Lookups are timed in the steady state of a worker whose block cache holds its tables: the store
 is read through once (``warm``) before the timing, at every size; ``--cold`` skips that. A
@@ -35,11 +35,16 @@ from typing import Any
 
 import numpy as np
 
+from streams import content_seen
+from streams.content_seen import ContentSeenStage
 from streams.pages import buckets
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.buckets import Page, Record
-from streams.runtime.store import RocksStore
+from streams.runtime.offline import LineMessage
+from streams.runtime.stage import BatchState
+from streams.runtime.store import MemoryStore, RocksStore
+from streams.topics import Topics
 
 URL_FORMAT = "https://bench.example/%010d"
 BLOCK_CACHE_MB = 4096  # a worker holding 10^7 pages: its tables and records (2.9 GB) fit
@@ -112,35 +117,31 @@ def _write_table(store: RocksStore, design: BlockDesign, table: int, fingerprint
     ends = np.append(starts[1:], len(order))
     width = design.key_bytes
     prefix = table << 8 * (width - 1)
-    buckets_written: dict[bytes, bytes] = {}
-    checked = {design.keys(int(fingerprints[i]))[table] for i in sample}
     writes: dict[bytes, bytes | None] = {}
     for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
         key = (prefix | int(sorted_keys[start])).to_bytes(width, "big")
-        writes[b"t" + key] = value = slots[start:end].tobytes()
-        if key in checked:
-            buckets_written[key] = value
+        writes[b"t" + key] = slots[start:end].tobytes()
         if len(writes) >= WRITE_BATCH:
             store.apply(writes, None)
             writes = {}
     store.apply(writes, None)
-    assert buckets_written.keys() == checked, "a sampled fingerprint's table key was not written"
-    for key, value in buckets_written.items():
-        assert value == _stage_bucket(design, table, key, fingerprints, keys), \
-            "bulk bucket differs from the stage's"
+    for i in sample:
+        key = design.keys(int(fingerprints[i]))[table]
+        members = np.flatnonzero(keys == int.from_bytes(key[1:], "big")).tolist()
+        for state_key, value in _stage_writes(key, members, fingerprints).items():
+            assert store.get(state_key) == value, f"bulk {state_key!r} differs from what the stage writes"
 
 
-def _stage_bucket(design: BlockDesign, table: int, key: bytes, fingerprints: np.ndarray,
-                  keys: np.ndarray) -> bytes:
-    """The bucket the stage's insert rules build from the pages under ``key``, in fetch order."""
-    members = np.flatnonzero(keys == int.from_bytes(key[1:], "big")).tolist()
-    pages = {int(fingerprints[i]): [_page(i, int(fingerprints[i]))] for i in members}
-    bucket: list[int] = []
+def _stage_writes(table_key: bytes, members: list[int],
+                  fingerprints: np.ndarray) -> dict[bytes, bytes | None]:
+    """What the stage itself writes to buckets and records when the pages ``members`` (in fetch
+    order) probe ``table_key``: their probe records through :meth:`ContentSeenStage.process`."""
+    stage = ContentSeenStage(Topics("bench."), "lookup")
+    state = BatchState(MemoryStore())
     for i in members:
-        simhash = int(fingerprints[i])
-        assert design.keys(simhash)[table] == key
-        bucket = buckets.with_slot(bucket, simhash, 64, lambda slot: pages[slot]) or bucket
-    return buckets.encode_bucket(bucket)
+        value = content_seen.probe_value(_page(i, int(fingerprints[i])))
+        stage.process(LineMessage(stage.state_topic, i, value, table_key), state)
+    return {key: value for key, value in state.writes.items() if key[:1] in (b"t", b"s")}
 
 
 def warm(store: RocksStore) -> float:

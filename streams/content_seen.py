@@ -182,8 +182,7 @@ class ContentSeenStage:
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"])
         table_keys = self._design.keys(analysis.simhash)
         emits = [Emit(self.state_topic, PAGE + _encode_page(record, body, analysis, len(table_keys)), order)]
-        probe = PROBE + _PROBE_HEAD.pack(order, page.simhash, page.text_digest) + page.url.encode(
-            "utf-8", "surrogatepass")
+        probe = probe_value(page)
         emits.extend(Emit(self.state_topic, probe, table_key) for table_key in table_keys)
         return emits
 
@@ -261,6 +260,12 @@ class ContentSeenStage:
             "url": url, "verdict": verdict, "kind": None, "duplicate_of": None, "distance": None,
             "simhash": None, "digest": None, "reason": None, **fields})
         return Emit(self.topics.page_verdicts, value, url.encode("utf-8", "surrogatepass"))
+
+
+def probe_value(page: Page) -> bytes:
+    """A probe's shard record value (its key is the table key): order, SimHash, digest, URL."""
+    return PROBE + _PROBE_HEAD.pack(page.order, page.simhash, page.text_digest) + page.url.encode(
+        "utf-8", "surrogatepass")
 
 
 def _check_url_length(url: str) -> None:
