@@ -1,6 +1,6 @@
 """Near-duplicate lookup time against RocksDB block tables holding 10^5 .. 10^7 fingerprints.
 
-    python -m bench.content_lookup [--sizes 100000,1000000,10000000] [--queries 20000] [--rounds 3]
+    python -m bench.content_lookup [--sizes 100000,1000000,10000000] [--queries 20000] [--rounds 5]
                                    [--block-cache-mb 4096] [--cold]
 
 A lookup is what the content_seen stage's probes do for one page, table after table: one point
@@ -190,7 +190,7 @@ def lookup(store: RocksStore, design: BlockDesign, probes: list[tuple[int, bool]
             "planted_found": found, "planted": sum(planted for _, planted in probes)}
 
 
-def measure(sizes: list[int], work: Path, queries_per_size: int = 20_000, *, rounds: int = 3,
+def measure(sizes: list[int], work: Path, queries_per_size: int = 20_000, *, rounds: int = 5,
             block_cache_mb: int = BLOCK_CACHE_MB, cold: bool = False) -> list[dict[str, Any]]:
     """Build (and warm) a store per size, then time ``rounds`` rounds of lookups, the sizes taking
     turns within each round, so that whatever else the machine runs weighs on every size alike;
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--queries", type=int, default=20_000, help="lookups per size and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--block-cache-mb", type=int, default=BLOCK_CACHE_MB)
     parser.add_argument("--cold", action="store_true", help="time lookups without reading the store first")
     args = parser.parse_args(argv)
