@@ -97,15 +97,16 @@ def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int)
     return sum(max(tp.offset, 0) for tp in found)
 
 
-def caught_up(kafka: KafkaConfig, group: str, topic: str) -> bool:
+def caught_up(kafka: KafkaConfig, group: str, topic: str, timeout_s: float = 30.0) -> bool:
     """Whether ``group`` committed every partition of ``topic`` past its last committed record.
 
     Read, not computed from offsets: past the last record of a transactional partition come one
     commit (or abort) marker per transaction that wrote to it, so with several writers the end may
-    lie several offsets beyond the committed position. A read_committed reader started at the
-    group's committed offsets must meet the end of every partition without a record.
+    lie several offsets beyond the committed position (two workers both write every shard partition
+    of the page stage). A read_committed reader started at the group's committed offsets must meet
+    the end of every partition without a record, within ``timeout_s``.
     """
-    group_view = Consumer(kafka.consumer(group))
+    group_view = Consumer(kafka.consumer(group))  # only reads the group's commits, never joins it
     try:
         partitions = group_view.list_topics(topic, timeout=10).topics[topic].partitions
         committed = group_view.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
@@ -113,17 +114,17 @@ def caught_up(kafka: KafkaConfig, group: str, topic: str) -> bool:
         return False
     finally:
         group_view.close()
-    return _nothing_after(kafka, committed)
+    return _nothing_after(kafka, committed, timeout_s)
 
 
-def _nothing_after(kafka: KafkaConfig, positions: list[TopicPartition]) -> bool:
+def _nothing_after(kafka: KafkaConfig, positions: list[TopicPartition], timeout_s: float) -> bool:
     reader = Consumer(kafka.consumer(fresh_name("caught-up"), **{"enable.partition.eof": True}))
     try:
         # No committed offset (OFFSET_INVALID, -1001): from the beginning.
         reader.assign([TopicPartition(tp.topic, tp.partition, max(tp.offset, OFFSET_BEGINNING))
                        for tp in positions])
         open_partitions = {tp.partition for tp in positions}
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + timeout_s
         while open_partitions and time.monotonic() < deadline:
             for message in reader.consume(100, timeout=1):
                 error = message.error()

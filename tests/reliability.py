@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from bench.harness import caught_up
 from streams import config, simweb
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
@@ -353,35 +354,6 @@ class Feeder(threading.Thread):
 
 # -- progress -------------------------------------------------------------------------------------------
 
-def committed_to_end(kafka: KafkaConfig, group: str, topic: str, timeout_s: float = 20.0) -> bool:
-    """Whether nothing ``group`` could consume is left after its committed offsets on ``topic``.
-
-    Read, not computed from the end offsets: a transactional partition ends with one commit or abort
-    marker per producer whose transaction touched it last (two workers both write every shard
-    partition of the page stage), so a caught-up group may sit several offsets before the end."""
-    consumer = Consumer(kafka.consumer(group))
-    reader = Consumer(kafka.consumer(f"done-{group}", **{"enable.partition.eof": True}))
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        reader.assign([TopicPartition(topic, tp.partition, max(tp.offset, 0)) for tp in found])
-        pending = set(partitions)
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            for message in reader.consume(100, timeout=0.5):
-                error = message.error()
-                if error is None:
-                    return False  # a record the group has not committed past
-                if error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(message.partition())
-        return not pending
-    except KafkaException:
-        return False
-    finally:
-        reader.close()
-        consumer.close()
-
-
 def count(kafka: KafkaConfig, topic: str) -> int:
     return sum(1 for _ in read_to_end(kafka, topic))
 
@@ -502,8 +474,8 @@ class Deployment:
     def done(self, stage: str) -> bool:
         """Whether the stage's group committed its input and its shard topic to their ends."""
         group = self.group(stage)
-        return (committed_to_end(self.kafka, group, input_topic(self.topics, stage))
-                and committed_to_end(self.kafka, group, self.topics.shards(APP, stage)))
+        return (caught_up(self.kafka, group, input_topic(self.topics, stage), timeout_s=20.0)
+                and caught_up(self.kafka, group, self.topics.shards(APP, stage), timeout_s=20.0))
 
     def progress(self, stage: str) -> int | None:
         """The stage group's committed offsets on its input and shard topics, summed (None: unknown)."""
