@@ -382,10 +382,9 @@ class Engine:
 
     @staticmethod
     def _offsets(batch: list[Message]) -> list[TopicPartition]:
-        next_offsets: dict[tuple[str, int], int] = {}
-        for message in batch:
-            next_offsets[(message.topic(), message.partition())] = message.offset() + 1  # type: ignore[index,operator]
-        return [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+        # A partition's records are in offset order: the last one seen gives its next offset.
+        last = {(message.topic(), message.partition()): message.offset() for message in batch}
+        return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]  # type: ignore[arg-type,operator]
 
     def _apply(self, states: dict[int, BatchState], changelog_ends: dict[int, int]) -> None:
         for partition, state in states.items():
