@@ -54,7 +54,7 @@ from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
 from streams.pages.simhash import from_hex, to_hex
 from streams.records import RecordKind
-from streams.runtime.parallel import ProcessMap
+from streams.runtime.parallel import Pending, ProcessMap
 from streams.runtime.stage import BatchState, Emit, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
@@ -116,6 +116,7 @@ class ContentSeenStage:
         self._checked: set[int] = set()
         self._prepared: dict[tuple[int | None, int | None], bytes] = {}
         self._pool: ProcessMap | None = None
+        self._pending: tuple[list[tuple[int | None, int | None]], Pending] | None = None
         if self.settings.analysis_processes > 0:
             context = orjson.dumps({"settings": dataclasses.asdict(self.settings),
                                     "max_record_bytes": self.max_record_bytes})
@@ -156,15 +157,22 @@ class ContentSeenStage:
     # -- 1. route ------------------------------------------------------------------------------
 
     def prepare(self, messages: Sequence[Message]) -> None:
-        """Analyse a batch's pages in the child processes, if there are any (``analysis_processes``)."""
+        """Start analysing a batch's pages in the child processes, if there are any
+        (``analysis_processes``); :meth:`route` takes each page's result, waiting for it if need be."""
         if self._pool is None or not messages:
             return
-        results = self._pool.map([message.value() or b"" for message in messages])
-        self._prepared = {(message.partition(), message.offset()): result
-                          for message, result in zip(messages, results, strict=True)}
+        places = [(message.partition(), message.offset()) for message in messages]
+        self._pending = (places, self._pool.submit([message.value() or b"" for message in messages]))
+
+    def _take_prepared(self, place: tuple[int | None, int | None]) -> bytes | None:
+        if place not in self._prepared and self._pending is not None:
+            places, pending = self._pending
+            self._pending = None
+            self._prepared = dict(zip(places, pending.results(), strict=True))
+        return self._prepared.pop(place, None)
 
     def _analyse(self, message: Message, record: dict[str, Any], body: bytes | str) -> PageAnalysis | Skipped:
-        prepared = self._prepared.pop((message.partition(), message.offset()), None)
+        prepared = self._take_prepared((message.partition(), message.offset()))
         if prepared is None:
             return analyze_page(record, self.settings, body)
         return _analysis_from_json(prepared)

@@ -117,3 +117,36 @@ def test_a_store_ahead_of_its_changelog_is_refused() -> None:
     store.apply({}, 50)
     with pytest.raises(StateError, match="recreated"):
         start_offset(store, 0, 10, "t[0]")
+
+
+class PreparingStage(EchoStage):
+    """EchoStage that records what it was handed to prepare and in what order records came."""
+
+    def __init__(self) -> None:
+        self.prepared: list[int] = []
+        self.seen: list[tuple[str, int]] = []
+
+    def prepare(self, messages: list[Message]) -> None:
+        self.prepared = [message.offset() or 0 for message in messages]
+
+    def route(self, message: Message) -> list[Emit]:
+        self.seen.append((message.topic() or "", message.offset() or 0))
+        return super().route(message)
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        self.seen.append((message.topic() or "", message.offset() or 0))
+        return super().process(message, state)
+
+
+def test_a_preparing_stage_decides_shard_records_while_its_inputs_are_prepared(engine: Engine) -> None:
+    """Shard records first (decided while the inputs are prepared elsewhere), each topic in order."""
+    stage = PreparingStage()
+    engine.stage = stage  # type: ignore[assignment]
+    batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("shards", 7, b"v", b"b", 0),
+             LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 8, b"v", b"d", 0)]
+    engine._process(batch)  # type: ignore[arg-type]
+    assert stage.prepared == [1, 2]
+    assert stage.seen == [("shards", 7), ("shards", 8), ("in", 1), ("in", 2)]
+    offsets = [{(tp.topic, tp.partition, tp.offset) for tp in engine._offsets(each)}  # type: ignore[arg-type]
+               for each in (batch, engine._prepare(batch))]  # type: ignore[arg-type]
+    assert offsets[0] == offsets[1] == {("in", 0, 3), ("shards", 0, 9)}

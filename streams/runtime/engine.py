@@ -218,8 +218,14 @@ class Engine:
     # -- the four steps of a batch -------------------------------------------------------------
 
     def _consume(self) -> list[Message]:
-        messages = self._consumer.consume(self.settings.batch_max_messages,
-                                          timeout=self.settings.batch_max_wait_s)
+        """What the client has fetched already, at once; only when that is nothing, wait up to
+        ``batch_max_wait_s`` for a batch to fill. A call with a timeout returns early only once
+        ``batch_max_messages`` records are in, which large records (pages of 200 KB: a few hundred
+        fill the client's fetch queue) never reach: every batch of pages waited the whole timeout."""
+        limit = self.settings.batch_max_messages
+        messages = self._consumer.consume(limit, timeout=0)
+        if not messages:
+            messages = self._consumer.consume(limit, timeout=self.settings.batch_max_wait_s)
         batch = []
         state_topic = self.stage.state_topic
         by_topic = self.counters.consumed_by_topic
@@ -245,7 +251,7 @@ class Engine:
         Past a third of the timeout, the records processed so far are committed and the rest of
         the batch goes on in a new transaction, leaving the last record and the commit the rest.
         """
-        self._prepare(batch)
+        batch = self._prepare(batch)
         budget_s, start, batch_began = self.settings.transaction_timeout_s / 3, 0, time.perf_counter()
         while start < len(batch):
             began = time.perf_counter()
@@ -267,15 +273,21 @@ class Engine:
         self.counters.last_batch_s = time.perf_counter() - batch_began
         self.counters.last_batch_oldest_ms = oldest_timestamp_ms(batch[:start])
 
-    def _prepare(self, batch: list[Message]) -> None:
-        if isinstance(self.stage, Preparing):
-            state_topic = self.stage.state_topic
-            self.stage.prepare([message for message in batch if message.topic() != state_topic])
+    def _prepare(self, batch: list[Message]) -> list[Message]:
+        """Hand a preparing stage its input records, and put the shard records first, so they are
+        decided while the input records are prepared (in child processes). Each partition keeps
+        its order, which is all the offsets need; input records only emit, they read no state
+        this batch writes, so deciding shard records first changes no outcome."""
+        if not isinstance(self.stage, Preparing):
+            return batch
+        state_topic = self.stage.state_topic
+        inputs = [message for message in batch if message.topic() != state_topic]
+        self.stage.prepare(inputs)
+        return [message for message in batch if message.topic() == state_topic] + inputs
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         """Step 2 for a whole batch (the unit tests drive it directly)."""
-        self._prepare(batch)
-        return self._process_until(batch, 0, None)[0]
+        return self._process_until(self._prepare(batch), 0, None)[0]
 
     def _process_until(self, batch: list[Message], start: int,
                        deadline: float | None) -> tuple[dict[int, BatchState], int]:

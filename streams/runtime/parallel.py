@@ -9,10 +9,13 @@ child can only ever run code of this package on data it is handed (the DEVELOPER
 unpickle anything that came from a topic). Children are started with ``forkserver`` so none
 inherits the parent's Kafka client threads or RocksDB handles.
 
-One feeder thread per child writes its inputs while the calling thread reads results, so a large
-input never blocks on a child that is itself blocked writing a result. A child that dies (OOM,
-a crash in native code) raises :class:`~streams.errors.RuntimeFailure` in the worker: the batch is
-not committed, and the worker restarts from its committed offsets like after any crash.
+``submit`` starts a batch and returns at once, so the worker decides the batch's shard records
+while its pages are analysed (the engine processes those first, see ``Engine._prepare``). One
+feeder and one reader thread per child move the bytes, so a large input never blocks on a child
+that is itself blocked writing a result, and no child waits on a caller busy elsewhere. A child
+that dies (OOM, a crash in native code) raises :class:`~streams.errors.RuntimeFailure` in the
+worker: the batch is not committed, and the worker restarts from its committed offsets like after
+any crash.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class ProcessMap:
         spawn = multiprocessing.get_context("forkserver")
         self._connections: list[Connection] = []
         self._children = []
+        self._pending: Pending | None = None
         for _ in range(processes):
             parent_end, child_end = spawn.Pipe()
             child = spawn.Process(target=_serve, args=(function, context, child_end), daemon=True)
@@ -65,31 +69,18 @@ class ProcessMap:
             self._children.append(child)
 
     def map(self, inputs: Sequence[bytes]) -> list[bytes]:
-        count = len(self._connections)
-        shares = [list(range(index, len(inputs), count)) for index in range(count)]
-        feeders = [threading.Thread(target=self._feed, args=(connection, [inputs[i] for i in share]),
-                                    daemon=True)
-                   for connection, share in zip(self._connections, shares, strict=True)]
-        for feeder in feeders:
-            feeder.start()
-        results: list[bytes] = [b""] * len(inputs)
-        try:
-            for connection, share in zip(self._connections, shares, strict=True):
-                for index in share:
-                    results[index] = connection.recv_bytes()
-        except (EOFError, OSError) as error:
-            raise RuntimeFailure(f"an analysis process died: {error!r}") from error
-        for feeder in feeders:
-            feeder.join()
-        return results
+        return self.submit(inputs).results()
 
-    @staticmethod
-    def _feed(connection: Connection, items: list[bytes]) -> None:
-        try:
-            for item in items:
-                connection.send_bytes(item)
-        except OSError:
-            pass  # the child died; the reader reports it
+    def submit(self, inputs: Sequence[bytes]) -> Pending:
+        """Start mapping ``inputs``; the caller goes on while the children work (``results()`` waits).
+
+        One submission at a time: a previous one still under way is finished first (its readers
+        share the pipes), and its results are dropped if nobody took them (an aborted batch).
+        """
+        if self._pending is not None:
+            self._pending.wait()
+        self._pending = Pending(self._connections, inputs)
+        return self._pending
 
     def close(self) -> None:
         for connection in self._connections:
@@ -98,3 +89,51 @@ class ProcessMap:
             child.join(timeout=5)
             if child.is_alive():
                 child.kill()
+
+
+class Pending:
+    """One submission: a feeder and a reader thread per child, results in input order.
+
+    Results are read as the children write them, so no child blocks on a full pipe while the
+    caller is busy elsewhere (the engine decides the batch's shard records meanwhile). The threads
+    only move bytes through pipes, which releases the GIL.
+    """
+
+    def __init__(self, connections: Sequence[Connection], inputs: Sequence[bytes]) -> None:
+        count = len(connections)
+        shares = [range(index, len(inputs), count) for index in range(count)]
+        self._results: list[bytes] = [b""] * len(inputs)
+        self._failure: BaseException | None = None
+        self._threads = []
+        for connection, share in zip(connections, shares, strict=True):
+            items = [inputs[i] for i in share]
+            self._threads.append(threading.Thread(target=_feed, args=(connection, items), daemon=True))
+            self._threads.append(threading.Thread(target=self._read, args=(connection, share), daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def _read(self, connection: Connection, share: range) -> None:
+        try:
+            for index in share:
+                self._results[index] = connection.recv_bytes()
+        except (EOFError, OSError) as error:
+            self._failure = error
+
+    def wait(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    def results(self) -> list[bytes]:
+        """The results in input order, once all are in; RuntimeFailure if a child died."""
+        self.wait()
+        if self._failure is not None:
+            raise RuntimeFailure(f"an analysis process died: {self._failure!r}") from self._failure
+        return self._results
+
+
+def _feed(connection: Connection, items: list[bytes]) -> None:
+    try:
+        for item in items:
+            connection.send_bytes(item)
+    except OSError:
+        pass  # the child died; its reader reports it
