@@ -91,7 +91,8 @@ MEANINGS = {
     ("runtime", "batch_max_messages"):
         "records consumed per batch, and so per Kafka transaction, at most",
     ("runtime", "batch_max_wait_s"):
-        "seconds one consume call waits for a batch to fill",
+        "seconds a consume waits for records when none are fetched yet (records already fetched "
+        "are taken at once, up to `batch_max_messages`)",
     ("runtime", "transaction_timeout_s"):
         "the producer's `transaction.timeout.ms`, and how long a commit or abort may take",
     ("runtime", "on_wedged"):
