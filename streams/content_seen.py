@@ -67,6 +67,7 @@ PAGE, PROBE, REPLY = b"P", b"Q", b"R"
 _PROBE_HEAD = struct.Struct(">16sQ16s")
 _REPLY_HEAD = struct.Struct(">16sBB")
 MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
+Body = bytes | str  # a page's body as records.body_bytes returns it
 
 
 @dataclass(frozen=True)
@@ -171,18 +172,24 @@ class ContentSeenStage:
             self._prepared = dict(zip(places, pending.results(), strict=True))
         return self._prepared.pop(place, None)
 
-    def _analyse(self, message: Message, record: dict[str, Any], body: bytes | str) -> PageAnalysis | Skipped:
+    def _analyse(self, message: Message, record: dict[str, Any]) -> tuple[PageAnalysis | Skipped, Body]:
+        """The page's analysis and its body: from the child that analysed it, or done here."""
         prepared = self._take_prepared((message.partition(), message.offset()))
         if prepared is None:
-            return analyze_page(record, self.settings, body)
-        return _analysis_from_json(prepared)
+            body = records.body_bytes(record)
+            return analyze_page(record, self.settings, body), body
+        analysis, sent = _analysis_from_child(prepared)
+        # A text body, a skipped page or a failure come without bytes (bad base64 raises precisely).
+        body = records.body_bytes(record) if sent is None else sent
+        if analysis is None:
+            raise RecordRejected("processing_error", _child_error(prepared))
+        return analysis, body
 
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
         _check_url_length(record["url"])
-        body = records.body_bytes(record)
-        analysis = self._analyse(message, record, body)
+        analysis, body = self._analyse(message, record)
         if isinstance(analysis, Skipped):
             self.decisions["skipped"] += 1
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
@@ -291,7 +298,9 @@ def _child_settings(context: bytes) -> tuple[ContentSeenSettings, int]:
 
 
 def analyze_value(context: bytes, value: bytes) -> bytes:
-    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON.
+    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON,
+    then a newline and the decoded body when the record's body was base64 (the worker needs the
+    bytes for the page's shard record, and decoding 200 KB of base64 again took a tenth of its time).
 
     Never raises: a record the parent will reject anyway, or a failure, is an ``error`` result
     (the parent decodes the record itself and dead-letters it with the real reason).
@@ -299,24 +308,35 @@ def analyze_value(context: bytes, value: bytes) -> bytes:
     settings, max_record_bytes = _child_settings(context)
     try:
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
-        analysis = analyze_page(record, settings)
+        body = records.body_bytes(record)
+        analysis = analyze_page(record, settings, body)
     except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
         return orjson.dumps({"error": repr(error)})
     if isinstance(analysis, Skipped):
         return orjson.dumps({"skipped": analysis.reason})
-    return orjson.dumps({**dataclasses.asdict(analysis), "text_digest": analysis.text_digest.hex(),
-                         "body_digest": analysis.body_digest.hex(), "simhash": to_hex(analysis.simhash)})
+    found = orjson.dumps({**dataclasses.asdict(analysis), "text_digest": analysis.text_digest.hex(),
+                          "body_digest": analysis.body_digest.hex(), "simhash": to_hex(analysis.simhash)})
+    return found + b"\n" + body if isinstance(body, bytes) else found
 
 
-def _analysis_from_json(raw: bytes) -> PageAnalysis | Skipped:
-    loaded = orjson.loads(raw)
+def _analysis_from_child(raw: bytes) -> tuple[PageAnalysis | Skipped | None, bytes | None]:
+    """A child's result: the analysis (None if it failed) and the decoded body, if it sent one.
+    JSON holds no raw newline (orjson escapes them), so the first one ends it."""
+    head, newline, body = raw.partition(b"\n")
+    loaded = orjson.loads(head)
     if "error" in loaded:
-        raise RecordRejected("processing_error", loaded["error"])
+        return None, None
     if "skipped" in loaded:
-        return Skipped(loaded["skipped"])
-    return PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
-                           "body_digest": bytes.fromhex(loaded["body_digest"]),
-                           "simhash": from_hex(loaded["simhash"])})
+        return Skipped(loaded["skipped"]), None
+    analysis = PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
+                               "body_digest": bytes.fromhex(loaded["body_digest"]),
+                               "simhash": from_hex(loaded["simhash"])})
+    return analysis, body if newline else None
+
+
+def _child_error(raw: bytes) -> str:
+    error: str = orjson.loads(raw.partition(b"\n")[0])["error"]
+    return error
 
 
 # -- page, reply and progress encodings -------------------------------------------------------------

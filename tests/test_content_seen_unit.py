@@ -9,7 +9,7 @@ import pytest
 
 from streams import simweb
 from streams.content_seen import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
-from streams.errors import ConfigError, StateError
+from streams.errors import ConfigError, RecordRejected, StateError
 from streams.pages import buckets
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
@@ -89,5 +89,21 @@ def test_analysis_processes_give_the_same_routes() -> None:
     messages.append(LineMessage(TOPICS.fetched_pages, len(pages), b'{"url": "https://x.example/"}'))
     inline = ContentSeenStage(TOPICS, "a")
     pooled = ContentSeenStage(TOPICS, "a", ContentSeenSettings(analysis_processes=2))
+    text_page = dict(pages[0].record)
+    text_page.pop("body_base64", None)
+    text_page["body"] = "<html><body><p>A page sent as text, not base64, to the stage.</p></body></html>"
+    messages.append(LineMessage(TOPICS.fetched_pages, len(pages) + 1, orjson.dumps(text_page)))
     pooled.prepare(messages)
     assert [pooled.route(m) for m in messages] == [inline.route(m) for m in messages]
+
+
+def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
+    message = LineMessage(TOPICS.fetched_pages, 0, b'{"url": "https://x.example/", "body_base64": "@@@"}')
+    pooled = ContentSeenStage(TOPICS, "a", ContentSeenSettings(analysis_processes=1))
+    pooled.prepare([message])
+    reasons = []
+    for stage in (pooled, ContentSeenStage(TOPICS, "a")):
+        with pytest.raises(RecordRejected) as rejected:
+            stage.route(message)
+        reasons.append(rejected.value.reason)
+    assert reasons == ["schema", "schema"]
