@@ -172,27 +172,31 @@ class ContentSeenStage:
             self._prepared = dict(zip(places, pending.results(), strict=True))
         return self._prepared.pop(place, None)
 
-    def _analyse(self, message: Message, record: dict[str, Any]) -> tuple[PageAnalysis | Skipped, Body]:
-        """The page's analysis and its body: from the child that analysed it, or done here."""
+    def _analyse(self, message: Message, record: dict[str, Any]) -> Skipped | tuple[PageAnalysis, Body]:
+        """Why the page is not compared, or its analysis and body: from the child that analysed
+        it (which sends the decoded body along), or done here."""
         prepared = self._take_prepared((message.partition(), message.offset()))
         if prepared is None:
             body = records.body_bytes(record)
-            return analyze_page(record, self.settings, body), body
-        analysis, sent = _analysis_from_child(prepared)
-        # A text body, a skipped page or a failure come without bytes (bad base64 raises precisely).
-        body = records.body_bytes(record) if sent is None else sent
-        if analysis is None:
-            raise RecordRejected("processing_error", _child_error(prepared))
-        return analysis, body
+            analysis = analyze_page(record, self.settings, body)
+            return analysis if isinstance(analysis, Skipped) else (analysis, body)
+        found, sent = _analysis_from_child(prepared)
+        if isinstance(found, str):  # the child failed: decoding here tells bad base64 precisely
+            records.body_bytes(record)
+            raise RecordRejected("processing_error", found)
+        if isinstance(found, Skipped):
+            return found
+        return found, records.body_bytes(record) if sent is None else sent  # None: a text body
 
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)
         _check_url_length(record["url"])
-        analysis, body = self._analyse(message, record)
-        if isinstance(analysis, Skipped):
+        analysed = self._analyse(message, record)
+        if isinstance(analysed, Skipped):
             self.decisions["skipped"] += 1
-            return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
+            return [self._verdict(record["url"], "skipped", reason=analysed.reason)]
+        analysis, body = analysed
         order = page_order(record, message)
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"])
         table_keys = self._design.keys(analysis.simhash)
@@ -319,24 +323,20 @@ def analyze_value(context: bytes, value: bytes) -> bytes:
     return found + b"\n" + body if isinstance(body, bytes) else found
 
 
-def _analysis_from_child(raw: bytes) -> tuple[PageAnalysis | Skipped | None, bytes | None]:
-    """A child's result: the analysis (None if it failed) and the decoded body, if it sent one.
-    JSON holds no raw newline (orjson escapes them), so the first one ends it."""
+def _analysis_from_child(raw: bytes) -> tuple[PageAnalysis | Skipped | str, bytes | None]:
+    """A child's result: the analysis (or the child's error, as text) and the decoded body, if it
+    sent one. JSON holds no raw newline (orjson escapes them), so the first one ends it."""
     head, newline, body = raw.partition(b"\n")
     loaded = orjson.loads(head)
     if "error" in loaded:
-        return None, None
+        error: str = loaded["error"]
+        return error, None
     if "skipped" in loaded:
         return Skipped(loaded["skipped"]), None
     analysis = PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
                                "body_digest": bytes.fromhex(loaded["body_digest"]),
                                "simhash": from_hex(loaded["simhash"])})
     return analysis, body if newline else None
-
-
-def _child_error(raw: bytes) -> str:
-    error: str = orjson.loads(raw.partition(b"\n")[0])["error"]
-    return error
 
 
 # -- page, reply and progress encodings -------------------------------------------------------------
