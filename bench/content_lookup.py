@@ -41,8 +41,8 @@ from streams.pages import buckets
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.buckets import Page, Record
+from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage
-from streams.runtime.stage import BatchState
 from streams.runtime.store import MemoryStore, RocksStore
 from streams.topics import Topics
 

@@ -25,7 +25,7 @@ from streams.runtime.store import PartitionStore
 if TYPE_CHECKING:
     from streams.runtime.engine import Engine, EngineObserver
     from streams.topics import Topics  # noqa: F811 - imported at run time inside the handlers
-    from streams.url_dedup import UrlDedupSettings
+    from streams.urls.settings import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -85,7 +85,7 @@ def _first_seen(args: argparse.Namespace) -> int:
 
 
 def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
-    from streams.url_dedup import UrlDedupSettings
+    from streams.urls.settings import UrlDedupSettings
 
     return config.load(UrlDedupSettings, "url_dedup", args.config, profile=getattr(args, "profile", None),
                        seen_set=getattr(args, "seen_set", None))

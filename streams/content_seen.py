@@ -54,8 +54,9 @@ from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
 from streams.pages.simhash import from_hex, to_hex
 from streams.records import RecordKind
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.parallel import Pending, ProcessMap
-from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.stage import Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls.canonical import CanonicalSettings

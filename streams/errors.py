@@ -10,6 +10,7 @@ dead letters (:class:`RecordRejected` carries the reason to the dead-letter writ
     ├── ConfigError            a setting is missing, malformed or contradicts existing state
     │   └── ShardCountMismatch   internal shard count differs from the topic or the local state
     ├── BrokerError            the local broker cannot be fetched, started or reached
+    ├── BuildError             a compiled module was built from another version of its source
     ├── StateError             the local state store is unusable (ahead of its changelog, wrong format)
     ├── RuntimeFailure         the Kafka runtime hit a fatal, non-retriable client error
     └── RecordRejected         one input record is invalid; becomes a dead letter, never crashes
@@ -32,6 +33,10 @@ class ShardCountMismatch(ConfigError):
 
 class BrokerError(StreamsError):
     """The local Kafka broker could not be fetched, started, stopped or reached."""
+
+
+class BuildError(StreamsError):
+    """A module compiled with mypyc sits beside a source other than the one it was built from."""
 
 
 class StateError(StreamsError):

@@ -38,7 +38,8 @@ from streams.recrawl.history import decode_history, encode_history
 from streams.recrawl.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.recrawl.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.recrawl.signals import Fetch
-from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.stage import Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.url_dedup import host_of

@@ -30,37 +30,18 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected
 from streams.records import RecordKind
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.stage import Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls import canonical
-from streams.urls.canonical import CANONICALIZATION_VERSION, CanonicalSettings
+from streams.urls.canonical import CANONICALIZATION_VERSION
 from streams.urls.recent import RecentKeys
+from streams.urls.settings import UrlDedupSettings
 
 STAGE = "url-dedup"
 VERSION_KEY = b"meta:canonicalization_version"
-
-
-@dataclass(frozen=True)
-class UrlDedupSettings:
-    """Settings of the URL stage (``[url_dedup]`` in TOML, ``STREAMS_URL_DEDUP_*``)."""
-
-    profile: str = "safe"                    # canonicalization profile: safe | aggressive
-    max_url_bytes: int = 4096                # longer URLs are dead letters (url_too_long)
-    session_id_params: tuple[str, ...] = canonical.SESSION_ID_PARAMS   # aggressive only
-    tracking_params: tuple[str, ...] = canonical.TRACKING_PARAMS       # aggressive only
-    tracking_param_prefixes: tuple[str, ...] = ("utm_",)               # aggressive only
-    seen_set: str = "exact"                  # exact (RocksDB + Bloom front) | bloom (Bloom only)
-    expected_urls: int = 10_000_000          # all shards together; sizes the Bloom filters
-    bloom_false_positive_rate: float = 0.01  # front filter (exact) or target rate (bloom)
-    route_cache_urls: int = 1_000_000        # fingerprints routed recently, answered at routing
-
-    def canonical(self) -> CanonicalSettings:
-        return CanonicalSettings(profile=self.profile, max_url_bytes=self.max_url_bytes,
-                                 session_id_params=self.session_id_params,
-                                 tracking_params=self.tracking_params,
-                                 tracking_param_prefixes=self.tracking_param_prefixes)
 
 
 def host_of(canonical_url: str) -> str:

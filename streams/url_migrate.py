@@ -25,8 +25,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.kafka_io import KafkaConfig
-from streams.url_dedup import VERSION_KEY, UrlDedupSettings, state_version
+from streams.url_dedup import VERSION_KEY, state_version
 from streams.urls import canonical
+from streams.urls.settings import UrlDedupSettings
 
 
 @dataclass

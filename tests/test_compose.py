@@ -22,7 +22,7 @@ from streams.cli import _parser
 from streams.content_seen import ContentSeenSettings
 from streams.revisit import RevisitSettings
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupSettings
+from streams.urls.settings import UrlDedupSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

@@ -14,11 +14,12 @@ import pytest
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, StateError
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.recovery import start_offset
-from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.stage import Message
 from streams.runtime.store import MemoryStore
 
 

@@ -29,11 +29,12 @@ from streams.pages.simhash import ROWS_AT_ONCE, simhash64
 from streams.records import RecordKind
 from streams.recrawl.schedule import RevisitOutcome
 from streams.revisit import RevisitStage, _content_length, revisit_update
+from streams.runtime.batch import Emit
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.offline import LineMessage, _decide
 from streams.runtime.runner import OUTPUT_HEADROOM, topic_size_config
-from streams.runtime.stage import Emit, Stage
+from streams.runtime.stage import Stage
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 from streams.url_dedup import UrlDedupStage

@@ -15,8 +15,8 @@ import pytest
 from streams import config, records
 from streams.records import RecordKind
 from streams.revisit import RevisitSettings, RevisitStage
+from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage, run_offline
-from streams.runtime.stage import BatchState
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 

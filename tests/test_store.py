@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.errors import StateError
+from streams.runtime.batch import BatchState
 from streams.runtime.bloom_store import BloomFrontStore
-from streams.runtime.stage import BatchState
 from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
 
 

@@ -11,16 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.config import RuntimeSettings
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import BatchState, Emit
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupSettings, UrlDedupStage
+from streams.url_dedup import UrlDedupStage
 from streams.urls.canonical import fingerprint
 from streams.urls.recent import RecentKeys
+from streams.urls.settings import UrlDedupSettings
 
 SHARDS = 4
 

@@ -38,10 +38,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streams import records
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.recovery import recover
-from streams.runtime.stage import BatchState, Emit, Preparing, ShardAware, Stage
+from streams.runtime.stage import Preparing, ShardAware, Stage
 from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streams.errors import RecordRejected
-from streams.runtime.stage import BatchState, Emit, Message
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.stage import Message
 from streams.runtime.store import PartitionStore
 
 SEEN = b"\x01"

@@ -19,7 +19,8 @@ from typing import IO
 import orjson
 
 from streams.errors import RecordRejected
-from streams.runtime.stage import BatchState, Emit, Stage
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 
 

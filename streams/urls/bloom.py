@@ -95,9 +95,15 @@ class BloomFilter:
                  f"size_bits must be a positive multiple of 64, got {size_bits}")
         _require(1 <= hash_count <= MAX_HASH_COUNT, f"hash_count must be in 1..64, got {hash_count}")
         capacity_items = max(1, int(size_bits * math.log(2) / hash_count))
-        bloom = cls.__new__(cls)
+        bloom = cls._blank()
         bloom._setup(size_bits, hash_count, capacity_items, 0.5**hash_count)
         return bloom
+
+    @classmethod
+    def _blank(cls) -> BloomFilter:
+        """The smallest filter (one 64-bit word), for the other constructors to set up again:
+        ``cls.__new__(cls)`` does not build a class compiled with mypyc (``setup.py``)."""
+        return cls(1, 0.5)
 
     def _setup(self, size_bits: int, hash_count: int, capacity_items: int, rate: float) -> None:
         self._bits = bytearray(size_bits // 8)
@@ -223,7 +229,7 @@ class BloomFilter:
             problem = "truncated" if len(data) < bits_end + _CRC.size else "has trailing bytes"
             raise BloomFormatError(f"Bloom filter {problem}: {len(data)} bytes, header says {bits_end + 4}")
         _check_crc(data, "Bloom filter")
-        bloom = cls.__new__(cls)
+        bloom = cls._blank()
         bloom._setup(0, hash_count, capacity_items, false_positive_rate)
         bloom._bits, bloom._size_bits = bytearray(memoryview(data)[header_size:bits_end]), size_bits
         bloom._count_items = count_items
@@ -367,8 +373,8 @@ class ScalableBloomFilter:
         _check_magic_version(magic, version, SCALABLE_MAGIC, "scalable Bloom filter")
         _check_crc(data, "scalable Bloom filter")
         crc_at = len(data) - _CRC.size
-        sbf = cls.__new__(cls)
-        try:
+        try:  # a one-word filter first (cls.__new__ does not build a mypyc-compiled class), then the header's
+            sbf = cls(1, rate, growth_factor, ratio)
             sbf._configure(initial_capacity_items, rate, growth_factor, ratio)
         except ConfigError as error:
             raise BloomFormatError(f"scalable Bloom filter header invalid: {error}") from error

@@ -1,0 +1,80 @@
+"""Build step: compile the per-record hot path with mypyc; everything else stays interpreted.
+
+Why: the URL stage spends most of its time in Python between Kafka calls (decoding, canonicalizing,
+fingerprinting, routing, the Bloom filter, the engine's batch loop), a few microseconds a record.
+mypyc (mypy's compiler, as used by black and mypy itself) turns these modules, unchanged and
+already type-checked with ``mypy --strict``, into C extensions: one source, no second
+implementation to keep in step. docs/decisions/0002-compiled-hot-path.md has the measurements.
+
+``CRAWL_DEDUP_PURE_PYTHON=1`` builds without compiling (no C compiler needed; slower), and removes
+the extensions an earlier compiled build left in the source tree, so an editable install never
+mixes the two. A compiled build records the SHA-256 of each compiled source in
+``streams/_compiled.py``; importing ``streams`` refuses an extension built from another version
+of its source (:mod:`streams.compiled`), so an edited module never runs as its stale compiled copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sysconfig
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+# The modules every record passes through, and what they call per record. Not here: modules whose
+# classes are read for their declared types (settings, streams.config), those with runtime_checkable
+# protocols (streams.runtime.stage, streams.runtime.store), and code that runs once per batch or
+# less, where compiling would save nothing.
+COMPILED = (
+    "streams/plain.py",
+    "streams/records.py",
+    "streams/url_dedup.py",
+    "streams/runtime/batch.py",
+    "streams/runtime/bloom_store.py",
+    "streams/runtime/counters.py",
+    "streams/runtime/engine.py",
+    "streams/runtime/partitioner.py",
+    "streams/urls/bloom.py",
+    "streams/urls/canonical.py",
+    "streams/urls/host.py",
+    "streams/urls/recent.py",
+)
+MANIFEST = ROOT / "streams" / "_compiled.py"
+GROUP = "streams_native"
+
+
+def _pure_python() -> bool:
+    return os.environ.get("CRAWL_DEDUP_PURE_PYTHON", "") not in ("", "0")
+
+
+def _extension_path(source: str) -> Path:
+    return ROOT / (source.removesuffix(".py") + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+
+
+def _write_manifest() -> None:
+    lines = "".join(f"    {path.removesuffix('.py').replace('/', '.')!r}: "
+                    f"{hashlib.sha256((ROOT / path).read_bytes()).hexdigest()!r},\n" for path in COMPILED)
+    MANIFEST.write_text('"""Written by setup.py: each module compiled with mypyc, and the SHA-256 of the '
+                        'source it was\nbuilt from (see streams/compiled.py). Not in git."""\n\n'
+                        f"SOURCES = {{\n{lines}}}\n")
+
+
+def _remove_compiled() -> None:
+    shared = ROOT.glob(f"{GROUP}__mypyc.*")  # the mypyc runtime and every module's code, one library
+    for path in [MANIFEST, *shared, *(_extension_path(source) for source in COMPILED)]:
+        path.unlink(missing_ok=True)
+
+
+def _extensions() -> list[object]:
+    if _pure_python():
+        _remove_compiled()
+        return []
+    from mypyc.build import mypycify
+
+    _write_manifest()
+    return list(mypycify(list(COMPILED), opt_level="3", debug_level="0", group_name=GROUP))
+
+
+setup(ext_modules=_extensions())
