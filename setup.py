@@ -5,6 +5,10 @@ fingerprinting, routing, the Bloom filter, the engine's batch loop), a few micro
 mypyc (mypy's compiler, as used by black and mypy itself) turns these modules, unchanged and
 already type-checked with ``mypy --strict``, into C extensions: one source, no second
 implementation to keep in step. docs/decisions/0002-compiled-hot-path.md has the measurements.
+Two habits keep compiled code fast: module constants are declared ``Final`` (read from C statics
+instead of the module's dict), and integer arithmetic stays within machine words (mypyc multiplies
+without allocating only factors under 2^30: see streams/runtime/partitioner.py and the Bloom
+filter's probes).
 
 ``CRAWL_DEDUP_PURE_PYTHON=1`` builds without compiling (no C compiler needed; slower), and removes
 the extensions an earlier compiled build left in the source tree, so an editable install never

@@ -19,13 +19,13 @@ is plain only when null. Unknown fields are plain only as scalars (JSON Schema d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 Check = Callable[[Any], bool]
 
-_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "type",
-                          "minLength", "maxLength", "minimum", "maximum", "const", "enum"})
-_SCALARS = (str, int, float, bool, type(None))
+_ANNOTATIONS: Final = frozenset({"description", "title", "default", "examples", "$comment", "type",
+                                 "minLength", "maxLength", "minimum", "maximum", "const", "enum"})
+_SCALARS: Final = (str, int, float, bool, type(None))
 
 
 def plain_checker(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool]:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import orjson
 
@@ -40,8 +41,8 @@ from streams.urls.canonical import CANONICALIZATION_VERSION
 from streams.urls.recent import RecentKeys
 from streams.urls.settings import UrlDedupSettings
 
-STAGE = "url-dedup"
-VERSION_KEY = b"meta:canonicalization_version"
+STAGE: Final = "url-dedup"
+VERSION_KEY: Final = b"meta:canonicalization_version"
 
 
 def host_of(canonical_url: str) -> str:
@@ -74,7 +75,7 @@ class UrlDedupStage:
         self.route_topics = [self.topics.frontier]
         self.state_topic = self.topics.shards(self.app_id, self.name)
         self._canonical = self.settings.canonical()
-        self._decode = records.decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
+        self._decode = records.Decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
         self._checked: set[int] = set()

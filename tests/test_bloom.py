@@ -152,6 +152,22 @@ def test_double_hashing_probes_k_distinct_bits_even_for_degenerate_halves(high: 
     assert bloom.set_bits == 12
 
 
+@settings(max_examples=300)
+@given(fingerprints, st.integers(min_value=1, max_value=4096).map(lambda words: words * 64),
+       st.integers(min_value=1, max_value=30))
+def test_probes_are_the_double_hashing_formula_on_the_64_bit_halves(fp: bytes, size_bits: int,
+                                                                   hash_count: int) -> None:
+    """Probe i is (h1 + i*(h2 | 1)) mod m, h1 and h2 the fingerprint's 64-bit halves, however the
+    arithmetic is arranged for compiled code: snapshots written by any version stay valid."""
+    h1, h2 = struct.unpack(">QQ", fp)
+    expected = {(h1 + i * (h2 | 1)) % size_bits for i in range(hash_count)}
+    bloom = BloomFilter.from_size(size_bits, hash_count)
+    bloom.add(fp)
+    set_bits = {index * 8 + bit for index, byte in enumerate(bloom.to_bytes()[40:-4]) for bit in range(8)
+                if byte >> bit & 1}
+    assert set_bits == expected
+
+
 # --- false-positive rates and space --------------------------------------------------------------
 
 def test_measured_false_positive_rate_is_within_20_percent_of_target_at_capacity() -> None:

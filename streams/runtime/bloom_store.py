@@ -24,6 +24,7 @@ import struct
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Final
 
 import orjson
 
@@ -31,9 +32,9 @@ from streams.errors import StateError
 from streams.runtime.store import Measured, PartitionStore, private_dir
 from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
-SNAPSHOT = "bloom.snapshot"
-_OFFSET = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none
-KEY_BYTES = 16  # fingerprints; other keys are metadata, kept exactly
+SNAPSHOT: Final = "bloom.snapshot"
+_OFFSET: Final = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none
+KEY_BYTES: Final = 16  # fingerprints; other keys are metadata, kept exactly
 
 
 def _write_snapshot(path: Path, offset: int | None, payload: bytes) -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from confluent_kafka import Message
+
+AGE_SAMPLE: Final = 64  # records whose timestamps give a batch's oldest (oldest_timestamp_ms)
 
 
 @dataclass
@@ -34,6 +37,14 @@ class Counters:
 
 
 def oldest_timestamp_ms(batch: Sequence[Message]) -> int | None:
-    """The earliest producer or log-append timestamp in a batch (``None`` if none carries one)."""
-    stamps = [stamp for kind, stamp in (message.timestamp() for message in batch) if kind != 0]
+    """The earliest producer or log-append timestamp among at most about :data:`AGE_SAMPLE` records
+    spread evenly over a batch, all of a smaller one (``None`` if none carries one).
+
+    Sampled because reading every record's timestamp cost 2 % of a URL worker's time, for one
+    gauge. A batch holds runs of records per partition, oldest first within each run, so what the
+    sample can miss is at most the spread of ``len(batch) // AGE_SAMPLE`` consecutive records of
+    one partition: milliseconds, for a metric in seconds.
+    """
+    step = max(1, len(batch) // AGE_SAMPLE)
+    stamps = [stamp for kind, stamp in (message.timestamp() for message in batch[::step]) if kind != 0]
     return min(stamps) if stamps else None

@@ -31,7 +31,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -46,7 +46,7 @@ from streams.runtime.stage import Preparing, ShardAware, Stage
 from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 
-log = logging.getLogger(__name__)
+log: Final = logging.getLogger(__name__)
 
 
 StoreFactory = Callable[[int], PartitionStore]
@@ -54,7 +54,7 @@ StoreFactory = Callable[[int], PartitionStore]
 # How long past its own timeout a transactional call may stay blocked before the watchdog calls the
 # client wedged (see streams/runtime/watchdog.py). librdkafka returns a timed-out call within a
 # second or two of its timeout; ten seconds more is a hang, not a slow broker.
-WEDGED_GRACE_S = 10.0
+WEDGED_GRACE_S: Final = 10.0
 
 
 class EngineObserver(Protocol):

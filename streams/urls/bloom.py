@@ -1,4 +1,4 @@
-"""Bloom filters over URL fingerprints: a fixed-size one and a scalable one, in pure Python.
+"""Bloom filters over URL fingerprints: a fixed-size one and a scalable one, in Python.
 
 A Bloom filter (Bloom 1970, "Space/time trade-offs in hash coding with allowable errors") answers
 "definitely new" for a URL without touching the exact fingerprint store, for about 9.6 bits per URL
@@ -12,12 +12,13 @@ for the usual false-positive rate asymptotically). ``h2`` is forced odd and ``m`
 64, so ``h2 mod m`` is never 0 and ``m / gcd(h2, m)`` is a multiple of 64: for ``k <= 64`` the
 ``k`` probes are always distinct bits, no degenerate cycle.
 
-Why the bit twiddling looks the way it does (measured on CPython 3.11, 1M random fingerprints):
-``struct.unpack`` of both halves at once, both reduced mod ``m`` first so the loop works on small
-ints, the next probe by one addition and a conditional subtraction instead of a multiplication and
-a modulo, masks from a precomputed tuple, attributes bound to locals. That was the fastest of the
-variants tried (about 1.7x a naive ``(h1 + i*h2) % m`` loop with ``int.from_bytes`` per half);
-``add`` carries the loop inline because one more method call per key costs about 7%.
+Why the arithmetic looks the way it does: the module is compiled with mypyc (``setup.py``), which
+keeps an integer in a machine word, and multiplies two of them without allocating, only while they
+stay under 2^62 and both factors under 2^30. A 64-bit half is over that, so the fingerprint is read
+as four 32-bit words, ``h1 = a·2^32 + b`` and ``h2 = c·2^32 + d``, and ``h1 mod m`` is computed as
+``((a mod m)·(2^32 mod m) + b) mod m`` (the same value; factors under 2^30 for filters of up to
+2^30 bits, 128 MiB, and merely slower beyond). The probes then advance by one addition and a
+conditional subtraction; masks are shifts. ``add`` tests and sets in one pass.
 
 The sizing formulas live in :func:`bloom_size` only. Serialized forms are a small versioned header,
 the bits, and a CRC32, never pickle, so a truncated or corrupted state file fails loudly with
@@ -30,25 +31,25 @@ import math
 import struct
 import zlib
 from collections.abc import Iterable
+from typing import Final
 
 from streams.errors import ConfigError, StateError
 
-_HALVES = struct.Struct(">QQ")
-_MASKS = tuple(1 << bit for bit in range(8))
-_CRC = struct.Struct(">I")
-_LENGTH = struct.Struct(">Q")
-_CHUNK_BYTES = 1 << 20
-WORD_BITS = 64
-MAX_HASH_COUNT = 64
+_WORDS: Final = struct.Struct(">IIII")  # h1 = a·2^32 + b, h2 = c·2^32 + d (see the module docstring)
+_CRC: Final = struct.Struct(">I")
+_LENGTH: Final = struct.Struct(">Q")
+_CHUNK_BYTES: Final = 1 << 20
+WORD_BITS: Final = 64
+MAX_HASH_COUNT: Final = 64
 
-BLOOM_MAGIC = b"UBLF"
-SCALABLE_MAGIC = b"USBF"
-FORMAT_VERSION = 1
+BLOOM_MAGIC: Final = b"UBLF"
+SCALABLE_MAGIC: Final = b"USBF"
+FORMAT_VERSION: Final = 1
 # magic, version, hash_count, size_bits, count_items, capacity_items, false_positive_rate
-_BLOOM_HEADER = struct.Struct(">4sHHQQQd")
+_BLOOM_HEADER: Final = struct.Struct(">4sHHQQQd")
 # magic, version, growth_factor, slice_count, initial_capacity_items, false_positive_rate,
 # tightening_ratio
-_SCALABLE_HEADER = struct.Struct(">4sHHIQdd")
+_SCALABLE_HEADER: Final = struct.Struct(">4sHHIQdd")
 
 
 class BloomFormatError(StateError):
@@ -80,8 +81,8 @@ class BloomFilter:
     running popcount kept by :meth:`add`, so :meth:`fill_ratio` is O(1).
     """
 
-    __slots__ = ("_bits", "_size_bits", "_hash_count", "_count_items", "_set_bits", "capacity_items",
-                 "false_positive_rate")
+    __slots__ = ("_bits", "_size_bits", "_word_mod", "_hash_count", "_count_items", "_set_bits",
+                 "capacity_items", "false_positive_rate")
 
     def __init__(self, capacity_items: int, false_positive_rate: float) -> None:
         size_bits, hash_count = bloom_size(capacity_items, false_positive_rate)
@@ -105,9 +106,11 @@ class BloomFilter:
         ``cls.__new__(cls)`` does not build a class compiled with mypyc (``setup.py``)."""
         return cls(1, 0.5)
 
-    def _setup(self, size_bits: int, hash_count: int, capacity_items: int, rate: float) -> None:
-        self._bits = bytearray(size_bits // 8)
+    def _setup(self, size_bits: int, hash_count: int, capacity_items: int, rate: float,
+               bits: bytearray | None = None) -> None:
+        self._bits = bytearray(size_bits // 8) if bits is None else bits
         self._size_bits = size_bits
+        self._word_mod = (1 << 32) % size_bits
         self._hash_count = hash_count
         self._count_items = 0
         self._set_bits = 0
@@ -141,14 +144,14 @@ class BloomFilter:
         One pass over the ``k`` bits, testing and setting. ``fp`` must be exactly 16 bytes
         (``struct.error`` otherwise; the check is the unpacking itself, free on the hot path).
         """
-        bits, size_bits, masks = self._bits, self._size_bits, _MASKS
-        h1, h2 = _HALVES.unpack(fp)
-        step = (h2 | 1) % size_bits
-        position = h1 % size_bits
+        a, b, c, d = _WORDS.unpack(fp)
+        bits, size_bits = self._bits, self._size_bits
+        position, step = self._start_and_step(a, b, c, d)
         new_bits = 0
-        for _ in range(self._hash_count):
+        remaining = self._hash_count
+        while remaining:
             index = position >> 3
-            mask = masks[position & 7]
+            mask = 1 << (position & 7)
             byte = bits[index]
             if not byte & mask:
                 bits[index] = byte | mask
@@ -156,6 +159,7 @@ class BloomFilter:
             position += step
             if position >= size_bits:
                 position -= size_bits
+            remaining -= 1
         if new_bits:
             self._set_bits += new_bits
             self._count_items += 1
@@ -168,25 +172,30 @@ class BloomFilter:
         return [add(fp) for fp in fps]
 
     def __contains__(self, fp: bytes) -> bool:
-        h1, h2 = _HALVES.unpack(fp)
-        return self._contains_halves(h1, h2)
+        a, b, c, d = _WORDS.unpack(fp)
+        return self._contains_words(a, b, c, d)
 
-    def _contains_halves(self, h1: int, h2: int) -> bool:
-        bits, size_bits, masks = self._bits, self._size_bits, _MASKS
-        step = (h2 | 1) % size_bits
-        position = h1 % size_bits
-        for _ in range(self._hash_count):
-            if not bits[position >> 3] & masks[position & 7]:
+    def _start_and_step(self, a: int, b: int, c: int, d: int) -> tuple[int, int]:
+        """The first probe ``h1 mod m`` and the step ``(h2 | 1) mod m`` (module docstring)."""
+        size_bits, word = self._size_bits, self._word_mod
+        return ((a % size_bits) * word + b) % size_bits, ((c % size_bits) * word + (d | 1)) % size_bits
+
+    def _contains_words(self, a: int, b: int, c: int, d: int) -> bool:
+        bits, size_bits = self._bits, self._size_bits
+        position, step = self._start_and_step(a, b, c, d)
+        remaining = self._hash_count
+        while remaining:
+            if not bits[position >> 3] & (1 << (position & 7)):
                 return False
             position += step
             if position >= size_bits:
                 position -= size_bits
+            remaining -= 1
         return True
 
     def contains_many(self, fps: Iterable[bytes]) -> list[bool]:
         """``fp in self`` for each fingerprint, in order."""
-        unpack, contains = _HALVES.unpack, self._contains_halves
-        return [contains(*unpack(fp)) for fp in fps]
+        return [fp in self for fp in fps]
 
     def fill_ratio(self) -> float:
         """Share of bits set, from the running popcount (O(1))."""
@@ -230,8 +239,8 @@ class BloomFilter:
             raise BloomFormatError(f"Bloom filter {problem}: {len(data)} bytes, header says {bits_end + 4}")
         _check_crc(data, "Bloom filter")
         bloom = cls._blank()
-        bloom._setup(0, hash_count, capacity_items, false_positive_rate)
-        bloom._bits, bloom._size_bits = bytearray(memoryview(data)[header_size:bits_end]), size_bits
+        bloom._setup(size_bits, hash_count, capacity_items, false_positive_rate,
+                     bytearray(memoryview(data)[header_size:bits_end]))
         bloom._count_items = count_items
         bloom._set_bits = bloom.recount_set_bits()
         return bloom
@@ -315,9 +324,9 @@ class ScalableBloomFilter:
             current = self._grow()
         older = self._older_newest_first
         if older:
-            h1, h2 = _HALVES.unpack(fp)
+            a, b, c, d = _WORDS.unpack(fp)
             for bloom in older:
-                if bloom._contains_halves(h1, h2):
+                if bloom._contains_words(a, b, c, d):
                     return True
         return current.add(fp)
 
@@ -327,9 +336,9 @@ class ScalableBloomFilter:
         return [add(fp) for fp in fps]
 
     def __contains__(self, fp: bytes) -> bool:
-        h1, h2 = _HALVES.unpack(fp)
+        a, b, c, d = _WORDS.unpack(fp)
         for bloom in self._newest_first:  # noqa: SIM110 - a plain loop, any() over a generator is slower
-            if bloom._contains_halves(h1, h2):
+            if bloom._contains_words(a, b, c, d):
                 return True
         return False
 

@@ -18,7 +18,7 @@ import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple, TextIO
+from typing import Final, NamedTuple, TextIO
 
 import mmh3
 import orjson
@@ -26,19 +26,19 @@ import orjson
 from streams.errors import ConfigError, RecordRejected
 from streams.urls.host import C0_AND_SPACE, DIGITS, HEX, normalize_host, strip_www
 
-CANONICALIZATION_VERSION = 1
+CANONICALIZATION_VERSION: Final = 1
 """Bumped whenever any output could change; state built with another version must be migrated."""
 
-PROFILES = ("safe", "aggressive")
+PROFILES: Final = ("safe", "aggressive")
 
-_DEFAULT_PORTS = {"http": "80", "https": "443"}
-_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+-.")  # RFC 3986 §3.1
-_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 §2.3
-_SUB_DELIMS = frozenset("!$&'()*+,;=")  # RFC 3986 §2.2
-_USERINFO_SAFE = _UNRESERVED | _SUB_DELIMS | {":"}  # RFC 3986 §3.2.1
-_PATH_SAFE = _UNRESERVED | _SUB_DELIMS | {":", "@", "/"}  # pchar and "/", RFC 3986 §3.3
-_QUERY_SAFE = _PATH_SAFE | {"?"}  # RFC 3986 §3.4
-_DROP_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newline"
+_DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
+_SCHEME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "+-.")  # RFC 3986 §3.1
+_UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 §2.3
+_SUB_DELIMS: Final = frozenset("!$&'()*+,;=")  # RFC 3986 §2.2
+_USERINFO_SAFE: Final = _UNRESERVED | _SUB_DELIMS | {":"}  # RFC 3986 §3.2.1
+_PATH_SAFE: Final = _UNRESERVED | _SUB_DELIMS | {":", "@", "/"}  # pchar and "/", RFC 3986 §3.3
+_QUERY_SAFE: Final = _PATH_SAFE | {"?"}  # RFC 3986 §3.4
+_DROP_TAB_NEWLINE: Final = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newline"
 # A URL plainly written canonically (see _plain_canonical): lower-case http(s), a host of lower-case
 # letters, digits, "-" and ".", then path and non-empty query of characters that need no escaping
 # (RFC 3986 pchar without "@") and "%", then perhaps a fragment of printable ASCII. Each part is one
@@ -46,23 +46,24 @@ _DROP_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newl
 # alternation per character ("a plain character or an escape") cost three times as much, and a
 # set test (frozenset.issuperset) made a string object per character. The escapes are checked
 # apart, only in URLs that have a "%" (_ESCAPE_NOT_PLAIN).
-_PLAIN_CHARS = r"A-Za-z0-9\-._~!$&'()*+,;=:%"
-_PLAIN_URL = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}/]*)"
+_PLAIN_CHARS: Final = r"A-Za-z0-9\-._~!$&'()*+,;=:%"
+_PLAIN_URL: Final = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}/]*)"
                         rf"(?:\?([{_PLAIN_CHARS}/?]+))?(?:#([\x21-\x7e]*))?")
 # A "%" that is not an upper-case escape of a character that stays escaped: an escape of an
 # unreserved character (RFC 3986 §2.3: ALPHA, DIGIT, "-", ".", "_", "~"), which is decoded, or a
 # "%" not followed by two upper-case hex digits (lower-case hex is upper-cased, a bare "%" encoded).
-_ESCAPE_NOT_PLAIN = re.compile(r"%(?:2[DE]|3[0-9]|4[1-9A-F]|5[0-9AF]|6[1-9A-F]|7[0-9AE]|(?![0-9A-F]{2}))")
+_ESCAPE_NOT_PLAIN: Final = re.compile(
+    r"%(?:2[DE]|3[0-9]|4[1-9A-F]|5[0-9AF]|6[1-9A-F]|7[0-9AE]|(?![0-9A-F]{2}))")
 
 # Defaults of CanonicalSettings (aggressive profile only). Session ids: Java servlets, PHP, classic
 # ASP and ASP.NET, ColdFusion, osCommerce/Zen Cart and generic spellings.
-SESSION_ID_PARAMS: tuple[str, ...] = (
+SESSION_ID_PARAMS: Final[tuple[str, ...]] = (
     "jsessionid", "phpsessid", "aspsessionid", "asp.net_sessionid", "sid", "sessionid",
     "session_id", "sessid", "cfid", "cftoken", "oscsid", "zenid",
 )
 # Click and campaign identifiers of ad and mail platforms (Google, Microsoft, Meta, Yandex,
 # Mailchimp, HubSpot, Marketo, Instagram, TikTok, X); ``utm_*`` goes by prefix.
-TRACKING_PARAMS: tuple[str, ...] = (
+TRACKING_PARAMS: Final[tuple[str, ...]] = (
     "gclid", "gclsrc", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "mc_cid",
     "mc_eid", "_ga", "_gl", "igshid", "_hsenc", "_hsmi", "mkt_tok", "ttclid", "twclid",
 )
@@ -103,7 +104,7 @@ class CanonicalSettings:
         return self.profile == "aggressive"
 
 
-DEFAULT = CanonicalSettings()
+DEFAULT: Final = CanonicalSettings()
 
 
 class _Reference(NamedTuple):
@@ -177,8 +178,8 @@ def _plain_canonical(url: str, settings: CanonicalSettings) -> str | None:
 # Hosts the host parser returns unchanged, as met by _plain_canonical: a set lookup costs a third of
 # a call to normalize_host's LRU cache, whose bookkeeping misses the CPU caches on a frontier of
 # thousands of hosts. Bounded: emptied when full (a miss only costs the parser's cached answer).
-_CANONICAL_HOSTS: set[str] = set()
-_CANONICAL_HOSTS_MAX = 65_536
+_CANONICAL_HOSTS: Final[set[str]] = set()
+_CANONICAL_HOSTS_MAX: Final = 65_536
 
 
 def _host_is_canonical(host: str) -> bool:

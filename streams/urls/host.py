@@ -13,21 +13,22 @@ import functools
 import ipaddress
 import string
 import urllib.parse
+from typing import Final
 
 import idna
 
 from streams.errors import RecordRejected
 
-HEX = frozenset(string.hexdigits)
-DIGITS = frozenset(string.digits)
-_OCTAL = frozenset(string.octdigits)
-_IPV6_CHARS = HEX | {":", "."}
-C0_AND_SPACE = "".join(chr(code) for code in range(0x21))  # WHATWG "C0 control or space"
+HEX: Final = frozenset(string.hexdigits)
+DIGITS: Final = frozenset(string.digits)
+_OCTAL: Final = frozenset(string.octdigits)
+_IPV6_CHARS: Final = HEX | {":", "."}
+C0_AND_SPACE: Final = "".join(chr(code) for code in range(0x21))  # WHATWG "C0 control or space"
 # WHATWG "forbidden domain code point": forbidden host code points, C0 controls, "%" and DEL.
-_FORBIDDEN_DOMAIN = frozenset(C0_AND_SPACE + "#%/:<>?@[\\]^|\x7f")
+_FORBIDDEN_DOMAIN: Final = frozenset(C0_AND_SPACE + "#%/:<>?@[\\]^|\x7f")
 _MAX_LABEL_OCTETS, _MAX_DOMAIN_OCTETS = 63, 253  # RFC 1035 §2.3.4: longer names cannot be resolved
-_MAX_UNICODE_DOMAIN_CHARS = 1024  # bounds UTS #46 mapping work; ignored characters may shrink a name
-_MAX_NUMBER_DIGITS = 11  # a 32-bit value has at most 11 significant digits in base 8, 10 or 16
+_MAX_UNICODE_DOMAIN_CHARS: Final = 1024  # bounds UTS #46 mapping work; ignored characters may shrink a name
+_MAX_NUMBER_DIGITS: Final = 11  # a 32-bit value has at most 11 significant digits in base 8, 10 or 16
 
 
 @functools.lru_cache(maxsize=65_536)
