@@ -52,7 +52,7 @@ SECTIONS = (
             "seen-set. The profile and canonicalization version are stored with the state; changing "
             "them needs `python -m streams url-dedup-migrate`."),
     Section("content_seen", ContentSeenSettings,
-            "The page stage ([docs/content-seen.md](docs/content-seen.md)). Every field but the last two "
+            "The page stage ([docs/content-seen.md](docs/content-seen.md)). Every field but the last three "
             "changes the fingerprints or block tables: the state records them and a worker started "
             "with other values refuses it."),
     Section("revisit", RevisitSettings,
@@ -163,6 +163,10 @@ MEANINGS = {
         "bounds the work per lookup",
     ("content_seen", "analysis_processes"):
         "child processes analysing a batch's pages in parallel (0: in the worker)",
+    ("content_seen", "page_cache_mb"):
+        "MiB of page records a worker holds in memory until their verdicts; it takes no new pages "
+        "while three quarters of it are in flight (a page evicted, or held by no worker, is read "
+        "back from the input topic)",
     ("revisit", "policy"):
         "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule) or `fixed`",
     ("revisit", "budget_fetches_per_page_per_day"):

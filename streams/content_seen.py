@@ -9,18 +9,22 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
 
 1. ``route`` (any fetched-pages partition): validate, decode, extract the main text, digest and
    SimHash it (:mod:`streams.pages.analyze`). A page with no text to compare gets its ``skipped``
-   verdict here. Otherwise: one *page* record to the page's gather shard (keyed by its order key)
-   and one *probe* per block table to the shard owning that table key.
+   verdict here. Otherwise: one *page* record to the page's gather shard (keyed by its order key:
+   the page's head and where its input record is, plus that record itself when another worker
+   owns the gather shard) and one *probe* per block table to the shard owning that table key.
 2. *probe* (the table key's shard): find the best earlier page within the Hamming threshold
    through the bucket (:func:`streams.pages.buckets.best_match`), insert the page, and send a
    *reply* to the gather shard.
-3. *page* and *reply* (the gather shard): keep the page until all its replies are in (the page
-   record was committed before any probe was answered, so it always arrives first), then emit the
-   verdict, and the page itself to the unique-pages topic when nothing earlier matched.
+3. *page* and *reply* (the gather shard): keep the page's head until all its replies are in (the
+   page record was committed before any probe was answered, so it always arrives first), then
+   emit the verdict, and the page to the unique-pages topic when nothing earlier matched: its
+   input record, from the worker's memory or read back from the input topic
+   (:mod:`streams.pages.waiting` says why the page itself is never state).
 
 State keys (one prefix per kind, layout :data:`streams.pages.buckets.LAYOUT`): ``t`` + table key
 -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with that
-SimHash (order, digest, URL); ``p`` + order -> waiting page; ``a`` + order -> replies so far. The
+SimHash (order, digest, URL); ``p`` + order -> a waiting page's head; ``a`` + order -> replies so
+far. The
 block design and feature version are recorded per shard and a worker with other settings refuses
 the shard instead of mixing two fingerprint spaces; the state layout is recorded beside them and a
 shard in another layout is refused (:class:`StateError`) instead of misread.
@@ -33,12 +37,11 @@ state and records of other pages too.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,16 +50,36 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected, StateError
 from streams.pages import buckets
-from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
+from streams.pages.analyze import (
+    PageAnalysis,
+    PageSettings,
+    analysis_from_json,
+    analysis_to_json,
+    analyze_page,
+    design_for,
+)
 from streams.pages.buckets import Match, Page, Record
 from streams.pages.decode import Skipped
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
-from streams.pages.simhash import from_hex, to_hex
+from streams.pages.waiting import (
+    PageCache,
+    Source,
+    better,
+    decode_head,
+    decode_match,
+    decode_progress,
+    encode_head,
+    encode_match,
+    encode_progress,
+    old_form_record,
+    source_of,
+)
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.parallel import Pending, ProcessMap
-from streams.runtime.stage import Message
+from streams.runtime.partitioner import partition_for
+from streams.runtime.stage import InputReader, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls.canonical import CanonicalSettings
@@ -66,9 +89,7 @@ DESIGN_KEY = b"meta:block_design"
 LAYOUT_KEY = b"meta:state_layout"
 PAGE, PROBE, REPLY = b"P", b"Q", b"R"
 _PROBE_HEAD = struct.Struct(">16sQ16s")
-_REPLY_HEAD = struct.Struct(">16sBB")
 MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
-Body = bytes | str  # a page's body as records.body_bytes returns it
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,7 @@ class ContentSeenSettings(PageSettings):
 
     max_bucket_entries: int = 64     # slots a bucket keeps, pages a SimHash record keeps (the earliest)
     analysis_processes: int = 0      # child processes analysing pages in parallel (0: in the worker)
+    page_cache_mb: int = 512         # input records of pages awaiting their verdict, kept in memory
 
 
 def fingerprint_space(settings: PageSettings) -> bytes:
@@ -116,6 +138,11 @@ class ContentSeenStage:
         self._design = design_for(self.settings)
         self._design_id = fingerprint_space(self.settings)
         self._checked: set[int] = set()
+        self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
+        self._unrouted_bytes = 0  # pages prepared in the last batch, routed in the next
+        self._owned: Mapping[int, PartitionStore] = {}
+        self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
+        self._reader: InputReader | None = None
         self._prepared: dict[tuple[int | None, int | None], bytes] = {}
         self._pool: ProcessMap | None = None
         self._pending: tuple[list[tuple[int | None, int | None]], Pending] | None = None
@@ -124,6 +151,35 @@ class ContentSeenStage:
                                     "max_record_bytes": self.max_record_bytes})
             self._pool = ProcessMap("streams.content_seen:analyze_value", context,
                                     self.settings.analysis_processes)
+
+    # -- what the runtime gives the stage ------------------------------------------------------
+
+    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
+        """The shards this worker owns: a page whose gather shard is one of them waits here."""
+        self._owned, self._shard_count = owned, shards
+
+    def routed(self, emits: Sequence[Emit]) -> None:
+        pass  # nothing to remember: a page cached for an aborted route is routed again, or dropped
+
+    def committed(self) -> None:
+        pass
+
+    def aborted(self) -> None:
+        pass
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the
+        ones still decided here are read back), so none waits in memory for a verdict never taken;
+        and analyses of pages that another worker may route now."""
+        self._collect_prepared()
+        self._prepared.clear()
+        self._unrouted_bytes = 0
+        if shards:
+            self._pages.clear()
+
+    def attach_input_reader(self, reader: InputReader) -> None:
+        """How a unique page's input record is read back when this worker no longer holds it."""
+        self._reader = reader
 
     # -- shards --------------------------------------------------------------------------------
 
@@ -158,50 +214,77 @@ class ContentSeenStage:
 
     # -- 1. route ------------------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[Message]) -> None:
-        """Start analysing a batch's pages in the child processes, if there are any
-        (``analysis_processes``); :meth:`route` takes each page's result, waiting for it if need be."""
-        if self._pool is None or not messages:
-            return
-        places = [(message.partition(), message.offset()) for message in messages]
-        self._pending = (places, self._pool.submit([message.value() or b"" for message in messages]))
+    def prepare(self, messages: Sequence[Message]) -> int:
+        """Take the first of a batch's pages while the pages in flight (awaiting a verdict here, or
+        prepared and not routed yet) stay under three quarters of ``page_cache_mb``, at least one
+        when none is, and start analysing them in the child processes, if there are any
+        (``analysis_processes``). The engine routes them in the next batch
+        (:mod:`streams.runtime.inflow`), by when their analysis is mostly done, and feeds the rest
+        in again once :meth:`ready_for_input` (at half): without that, a worker catching up on a
+        backlog would route pages far faster than their replies return through the shard topic,
+        each waiting in memory. A page is in flight for about four batches (prepared, routed,
+        probed, replied to), each up to the consumer's 64 MB queue, so less than about 384 MB in
+        flight stalls the input (docs/content-seen.md has the measurements)."""
+        self._collect_prepared()  # the last batch's pages, routed in this one: the children are free
+        budget = self._pages.max_bytes * 3 // 4 - self._pages.size_bytes - self._unrouted_bytes
+        taken = 0
+        for message in messages:
+            budget -= len(message.value() or b"")
+            if budget < 0 and (taken or len(self._pages) or self._unrouted_bytes):
+                break
+            taken += 1
+        chosen = messages[:taken]
+        self._unrouted_bytes = sum(len(message.value() or b"") for message in chosen)
+        if self._pool is not None and chosen:
+            places = [(message.partition(), message.offset()) for message in chosen]
+            self._pending = (places, self._pool.submit([message.value() or b"" for message in chosen]))
+        return taken
 
-    def _take_prepared(self, place: tuple[int | None, int | None]) -> bytes | None:
-        if place not in self._prepared and self._pending is not None:
+    def ready_for_input(self) -> bool:
+        return self._pages.size_bytes + self._unrouted_bytes <= self._pages.max_bytes // 2
+
+    def _collect_prepared(self) -> None:
+        """The results of the pages handed to the children last, waiting for the last of them."""
+        if self._pending is not None:
             places, pending = self._pending
             self._pending = None
-            self._prepared = dict(zip(places, pending.results(), strict=True))
+            self._prepared.update(zip(places, pending.results(), strict=True))
+
+    def _take_prepared(self, place: tuple[int | None, int | None]) -> bytes | None:
+        if place not in self._prepared:
+            self._collect_prepared()
         return self._prepared.pop(place, None)
 
-    def _analyse(self, message: Message, record: dict[str, Any]) -> Skipped | tuple[PageAnalysis, Body]:
-        """Why the page is not compared, or its analysis and body: from the child that analysed
-        it (which sends the decoded body along), or done here."""
+    def _analyse(self, message: Message, record: dict[str, Any]) -> PageAnalysis | Skipped:
+        """The page's analysis, or why it is not compared: from the child that analysed it, or done here."""
         prepared = self._take_prepared((message.partition(), message.offset()))
         if prepared is None:
-            body = records.body_bytes(record)
-            analysis = analyze_page(record, self.settings, body)
-            return analysis if isinstance(analysis, Skipped) else (analysis, body)
-        found, sent = _analysis_from_child(prepared)
+            return analyze_page(record, self.settings)
+        found = analysis_from_json(prepared)
         if isinstance(found, str):  # the child failed: decoding here tells bad base64 precisely
             records.body_bytes(record)
             raise RecordRejected("processing_error", found)
-        if isinstance(found, Skipped):
-            return found
-        return found, records.body_bytes(record) if sent is None else sent  # None: a text body
+        return found
 
     def route(self, message: Message) -> list[Emit]:
-        record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
-                                max_record_bytes=self.max_record_bytes)
+        value = message.value() or b""
+        record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self.max_record_bytes)
         _check_url_length(record["url"])
-        analysed = self._analyse(message, record)
-        if isinstance(analysed, Skipped):
+        analysis = self._analyse(message, record)
+        if isinstance(analysis, Skipped):
             self.decisions["skipped"] += 1
-            return [self._verdict(record["url"], "skipped", reason=analysed.reason)]
-        analysis, body = analysed
+            return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"])
         table_keys = self._design.keys(analysis.simhash)
-        emits = [Emit(self.state_topic, PAGE + _encode_page(record, body, analysis, len(table_keys)), order)]
+        source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
+        head = PAGE + encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
+        gather = partition_for(order, self._shard_count) if self._shard_count else None
+        if gather is None or gather in self._owned:
+            self._pages.put(source, value)  # decided by this worker: the record waits in its memory
+        else:
+            head += b"\n" + value  # decided by the worker owning the gather shard: the record goes along
+        emits = [Emit(self.state_topic, head, order, gather)]
         probe = probe_value(page)
         emits.extend(Emit(self.state_topic, probe, table_key) for table_key in table_keys)
         return emits
@@ -217,8 +300,7 @@ class ContentSeenStage:
         if kind == PROBE:
             return self._probe(key, body, state)
         if kind == PAGE:  # committed before any probe was answered, so it precedes its replies here
-            state.set(b"p" + key, body)
-            state.set(b"a" + key, _encode_progress(0, _page_head(body)["tables"], None))
+            self._wait(key, body, state)
             return []
         if kind == REPLY:
             return self._reply(key, body, state)
@@ -246,7 +328,20 @@ class ContentSeenStage:
         slots = buckets.with_slot(bucket, simhash, limit, read)
         if slots is not None:
             state.set(b"t" + table_key, buckets.encode_bucket(slots))
-        return [Emit(self.state_topic, REPLY + _encode_match(match), order)]
+        return [Emit(self.state_topic, REPLY + encode_match(match), order)]
+
+    def _wait(self, order: bytes, body: bytes, state: BatchState) -> None:
+        """A page waits for its replies: its head as state, the input record sent along in memory."""
+        head = decode_head(body)
+        source = source_of(head)
+        if source is None:  # a page record of an earlier version: the page itself waits, as it did
+            state.set(b"p" + order, body)
+        else:
+            raw_head, newline, carried = body.partition(b"\n")
+            if newline:
+                self._pages.put(source, carried)
+            state.set(b"p" + order, raw_head)
+        state.set(b"a" + order, encode_progress(0, head["tables"], None))
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
         """Count a reply; the waiting page is read (it may be large) only once all are in."""
@@ -254,26 +349,53 @@ class ContentSeenStage:
         waiting = state.get(b"p" + order) if progress is not None else None
         if progress is None or waiting is None:
             raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-        count, tables, best = _decode_progress(progress)
-        count, best = count + 1, _better(best, _decode_match(body))
+        count, tables, best = decode_progress(progress)
+        count, best = count + 1, better(best, decode_match(body))
         if count < tables:
-            state.set(b"a" + order, _encode_progress(count, tables, best))
+            state.set(b"a" + order, encode_progress(count, tables, best))
             return []
         state.delete(b"p" + order)
         state.delete(b"a" + order)
-        return self._decide(_page_head(waiting), waiting, best)
+        return self._decide(decode_head(waiting), waiting, best)
 
     def _decide(self, head: dict[str, Any], waiting: bytes, best: Match | None) -> list[Emit]:
         url, simhash, digest = head["url"], head["simhash"], head["digest"]
+        source = source_of(head)
         self.decisions["unique" if best is None else "exact" if best.exact else "near"] += 1
         if best is not None:
+            if source is not None:
+                self._pages.pop(source)
             return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,
                                   digest=digest)]
-        record = {**_page_record(waiting, head), "simhash": simhash, "digest": digest}
-        unique = records.encode(RecordKind.UNIQUE_PAGE, record)
-        return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")),
-                self._verdict(url, "unique", simhash=simhash, digest=digest)]
+        verdict = self._verdict(url, "unique", simhash=simhash, digest=digest)
+        record = old_form_record(waiting, head) if source is None else self._input_record(source)
+        if record is None:
+            return [verdict, self._body_unavailable(source)]
+        unique = records.encode(RecordKind.UNIQUE_PAGE, {**record, "simhash": simhash, "digest": digest})
+        return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")), verdict]
+
+    def _input_record(self, source: Source) -> dict[str, Any] | None:
+        """A waiting page's input record, decoded as ``route`` decoded it: from memory, or read back
+        from the input topic (None when it is gone from there)."""
+        value = self._pages.pop(source)
+        if value is None:
+            if self._reader is None:  # offline, every page is decided by the run that routed it
+                raise StateError(f"page {source} is neither in memory nor readable from Kafka")
+            value = self._reader.read(*source)
+            if value is None:
+                return None
+        return records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self.max_record_bytes)
+
+    def _body_unavailable(self, source: Source | None) -> Emit:
+        """A unique page whose input record was deleted (retention) before its verdict: its verdict
+        stands, and this dead letter says which page ``unique-pages`` lacks."""
+        assert source is not None
+        letter = records.dead_letter(
+            reason="page_unavailable", detail="the input record was deleted before the page's verdict",
+            stage=self.name, topic=source.topic, partition=source.partition, offset=source.offset,
+            key=None, value=None)
+        return Emit(self.topics.dead_letters, letter, None)
 
     def _verdict(self, url: str, verdict: str, **fields: Any) -> Emit:
         value = records.encode(RecordKind.PAGE_VERDICT, {
@@ -303,9 +425,7 @@ def _child_settings(context: bytes) -> tuple[ContentSeenSettings, int]:
 
 
 def analyze_value(context: bytes, value: bytes) -> bytes:
-    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON,
-    then a newline and the decoded body when the record's body was base64 (the worker needs the
-    bytes for the page's shard record, and decoding 200 KB of base64 again took a tenth of its time).
+    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON.
 
     Never raises: a record the parent will reject anyway, or a failure, is an ``error`` result
     (the parent decodes the record itself and dead-letters it with the real reason).
@@ -313,94 +433,6 @@ def analyze_value(context: bytes, value: bytes) -> bytes:
     settings, max_record_bytes = _child_settings(context)
     try:
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
-        body = records.body_bytes(record)
-        analysis = analyze_page(record, settings, body)
+        return analysis_to_json(analyze_page(record, settings))
     except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
         return orjson.dumps({"error": repr(error)})
-    if isinstance(analysis, Skipped):
-        return orjson.dumps({"skipped": analysis.reason})
-    found = orjson.dumps({**dataclasses.asdict(analysis), "text_digest": analysis.text_digest.hex(),
-                          "body_digest": analysis.body_digest.hex(), "simhash": to_hex(analysis.simhash)})
-    return found + b"\n" + body if isinstance(body, bytes) else found
-
-
-def _analysis_from_child(raw: bytes) -> tuple[PageAnalysis | Skipped | str, bytes | None]:
-    """A child's result: the analysis (or the child's error, as text) and the decoded body, if it
-    sent one. JSON holds no raw newline (orjson escapes them), so the first one ends it."""
-    head, newline, body = raw.partition(b"\n")
-    loaded = orjson.loads(head)
-    if "error" in loaded:
-        error: str = loaded["error"]
-        return error, None
-    if "skipped" in loaded:
-        return Skipped(loaded["skipped"]), None
-    analysis = PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
-                               "body_digest": bytes.fromhex(loaded["body_digest"]),
-                               "simhash": from_hex(loaded["simhash"])})
-    return analysis, body if newline else None
-
-
-# -- page, reply and progress encodings -------------------------------------------------------------
-
-def _encode_page(record: dict[str, Any], body: bytes | str, analysis: PageAnalysis, tables: int) -> bytes:
-    """The waiting page: what the verdict needs, the record without its body, then the raw body.
-
-    The body travels (and is changelogged while the page waits) as raw bytes, not base64 JSON: a
-    quarter smaller before the producer's lz4, and several times smaller after it.
-    """
-    head = {"url": record["url"], "simhash": to_hex(analysis.simhash), "digest": analysis.text_digest.hex(),
-            "tables": tables, "body": "text" if isinstance(body, str) else "base64"}
-    shell = {name: value for name, value in record.items() if name not in ("body", "body_base64")}
-    return orjson.dumps(head) + b"\n" + orjson.dumps(shell) + b"\n" + records.raw_body(body)
-
-
-def _page_head(value: bytes) -> dict[str, Any]:
-    head: dict[str, Any] = orjson.loads(value[:value.index(b"\n")])
-    return head
-
-
-def _page_record(value: bytes, head: dict[str, Any]) -> dict[str, Any]:
-    """The fetched-page record as it came in, the body re-encoded the way it was sent."""
-    head_end = value.index(b"\n")
-    shell_end = value.index(b"\n", head_end + 1)
-    record: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
-    raw = value[shell_end + 1:]
-    if head["body"] == "text":
-        record["body"] = raw.decode("utf-8", "surrogatepass")
-    else:
-        record["body_base64"] = base64.b64encode(raw).decode("ascii")
-    return record
-
-
-def _encode_match(match: Match | None) -> bytes:
-    if match is None:
-        return b""
-    return _REPLY_HEAD.pack(match.order, match.distance, match.exact) + match.url.encode(
-        "utf-8", "surrogatepass")
-
-
-def _decode_match(raw: bytes) -> Match | None:
-    if not raw:
-        return None
-    order, distance, exact = _REPLY_HEAD.unpack_from(raw)
-    return Match(order, raw[_REPLY_HEAD.size:].decode("utf-8", "surrogatepass"), distance, bool(exact))
-
-
-def _better(current: Match | None, found: Match | None) -> Match | None:
-    if current is None:
-        return found
-    if found is None:
-        return current
-    return found if found.rank() < current.rank() else current
-
-
-_PROGRESS = struct.Struct(">HH")
-
-
-def _encode_progress(count: int, tables: int, best: Match | None) -> bytes:
-    return _PROGRESS.pack(count, tables) + _encode_match(best)
-
-
-def _decode_progress(raw: bytes) -> tuple[int, int, Match | None]:
-    count, tables = _PROGRESS.unpack_from(raw)
-    return count, tables, _decode_match(raw[_PROGRESS.size:])

@@ -122,6 +122,9 @@ class UrlDedupStage:
     def aborted(self) -> None:
         self._routing = set()
 
+    def revoked(self, shards: Sequence[int]) -> None:
+        pass  # _in_owned_shard asks the live map of owned stores, which the engine updates
+
     def _in_owned_shard(self, shard: int, key: bytes) -> bool:
         """Whether ``key`` is in the committed seen-set of ``shard``, when this worker owns it.
 

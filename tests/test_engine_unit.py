@@ -16,6 +16,7 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, StateError
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.engine import Engine
+from streams.runtime.inflow import InputFlow
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.recovery import start_offset
@@ -30,6 +31,23 @@ class StubProducer:
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
                 on_delivery: Any = None) -> None:
         self.produced.append((topic, value, key, partition))
+
+
+@dataclass
+class StubConsumer:
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def pause(self, positions: list[Any]) -> None:
+        self.calls.append(("pause", sorted((tp.topic, tp.partition) for tp in positions)))
+
+    def seek(self, position: Any) -> None:
+        self.calls.append(("seek", (position.topic, position.partition, position.offset)))
+
+    def resume(self, positions: list[Any]) -> None:
+        self.calls.append(("resume", sorted((tp.topic, tp.partition) for tp in positions)))
+
+    def consume(self, limit: int, timeout: float) -> list[Any]:
+        return []
 
 
 class EchoStage:
@@ -127,8 +145,12 @@ class PreparingStage(EchoStage):
         self.prepared: list[int] = []
         self.seen: list[tuple[str, int]] = []
 
-    def prepare(self, messages: list[Message]) -> None:
+    def prepare(self, messages: list[Message]) -> int:
         self.prepared = [message.offset() or 0 for message in messages]
+        return len(messages)
+
+    def ready_for_input(self) -> bool:
+        return True
 
     def route(self, message: Message) -> list[Emit]:
         self.seen.append((message.topic() or "", message.offset() or 0))
@@ -139,15 +161,61 @@ class PreparingStage(EchoStage):
         return super().process(message, state)
 
 
-def test_a_preparing_stage_decides_shard_records_while_its_inputs_are_prepared(engine: Engine) -> None:
-    """Shard records first (decided while the inputs are prepared elsewhere), each topic in order."""
+def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them(engine: Engine) -> None:
+    """Shard records first (decided while the inputs are prepared elsewhere), each topic in order;
+    a batch's input records are routed in the next batch, and its offsets count only what it routed."""
     stage = PreparingStage()
     engine.stage = stage  # type: ignore[assignment]
-    batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("shards", 7, b"v", b"b", 0),
+    engine._inflow = InputFlow(stage, StubConsumer(), "shards")  # type: ignore[arg-type]
+    first = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("shards", 7, b"v", b"b", 0),
              LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 8, b"v", b"d", 0)]
-    engine._process(batch)  # type: ignore[arg-type]
-    assert stage.prepared == [1, 2]
-    assert stage.seen == [("shards", 7), ("shards", 8), ("in", 1), ("in", 2)]
-    offsets = [{(tp.topic, tp.partition, tp.offset) for tp in engine._offsets(each)}  # type: ignore[arg-type]
-               for each in (batch, engine._prepare(batch))]  # type: ignore[arg-type]
-    assert offsets[0] == offsets[1] == {("in", 0, 3), ("shards", 0, 9)}
+    second = [LineMessage("shards", 9, b"v", b"e", 0)]
+    processed = [engine._prepare(batch) for batch in (first, second)]  # type: ignore[arg-type]
+    assert stage.prepared == []  # the second batch brought no input
+    assert [[(m.topic(), m.offset()) for m in each] for each in processed] == [
+        [("shards", 7), ("shards", 8)], [("shards", 9), ("in", 1), ("in", 2)]]
+    assert [{(tp.topic, tp.partition, tp.offset) for tp in engine._offsets(each)}  # type: ignore[arg-type]
+            for each in processed] == [{("shards", 0, 9)}, {("shards", 0, 10), ("in", 0, 3)}]
+
+
+class RoomyStage(PreparingStage):
+    """Takes at most ``room`` input records a batch; ready for more once told."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room, self.ready = room, False
+
+    def prepare(self, messages: list[Message]) -> int:
+        super().prepare(messages)
+        return min(self.room, len(messages))
+
+    def ready_for_input(self) -> bool:
+        return self.ready
+
+
+def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None:
+    """Deferred: each partition rewound to its first deferred record and paused until the stage is
+    ready; the records taken are held for the next batch."""
+    stage, consumer = RoomyStage(room=1), StubConsumer()
+    flow = InputFlow(stage, consumer, "shards")  # type: ignore[arg-type]
+    batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("in", 5, b'{"k": "b"}', None, 1),
+             LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 7, b"v", b"d", 0)]
+    assert flow.arrange(batch) == [batch[3]] and flow.holding  # type: ignore[arg-type]
+    assert consumer.calls == [("pause", [("in", 0), ("in", 1)]),
+                              ("seek", ("in", 1, 5)), ("seek", ("in", 0, 2))]
+    flow.resume_if_ready()
+    assert consumer.calls[-1][0] == "seek"  # not ready: still paused
+    stage.ready = True
+    flow.resume_if_ready()
+    assert consumer.calls[-1] == ("resume", [("in", 0), ("in", 1)])
+    assert flow.arrange([]) == [batch[0]] and not flow.holding
+
+
+def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
+    consumer = StubConsumer()
+    flow = InputFlow(RoomyStage(room=9), consumer, "shards")  # type: ignore[arg-type]
+    held = [LineMessage("in", 4, b"{}", None, 0), LineMessage("in", 6, b"{}", None, 1)]
+    flow.arrange(held)  # type: ignore[arg-type]
+    flow.revoked({("in", 1)})
+    flow.rewind([LineMessage("in", 2, b"{}", None, 0), LineMessage("shards", 3, b"v", b"k", 0)])  # type: ignore[list-item]
+    assert consumer.calls == [("seek", ("in", 0, 2)), ("seek", ("shards", 0, 3))] and not flow.holding

@@ -31,11 +31,14 @@ and their hash-flooding attacks), so one crafted page could pass for another. BL
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from streams import records
 from streams.errors import ConfigError
@@ -43,7 +46,7 @@ from streams.pages.blocks import BlockDesign, block_design
 from streams.pages.decode import Skipped, decode_page
 from streams.pages.extract import extract_text
 from streams.pages.features import Weighting, feature_hashes
-from streams.pages.simhash import BITS, simhash64
+from streams.pages.simhash import BITS, from_hex, simhash64, to_hex
 
 DIGEST_BYTES = 16
 
@@ -164,3 +167,26 @@ def _skip_reason(record: Mapping[str, Any]) -> str | None:
     if not 200 <= status < 300 or status == 206:
         return f"status:{status}"
     return None
+
+
+# -- the analysis in a child process (streams.runtime.parallel) -------------------------------------
+
+def analysis_to_json(found: PageAnalysis | Skipped) -> bytes:
+    """What a child sends back: the analysis, or why the page is not compared."""
+    if isinstance(found, Skipped):
+        return orjson.dumps({"skipped": found.reason})
+    return orjson.dumps({**dataclasses.asdict(found), "text_digest": found.text_digest.hex(),
+                         "body_digest": found.body_digest.hex(), "simhash": to_hex(found.simhash)})
+
+
+def analysis_from_json(raw: bytes) -> PageAnalysis | Skipped | str:
+    """:func:`analysis_to_json` read back; a child's failure (``{"error"}``) as its text."""
+    loaded = orjson.loads(raw)
+    if "error" in loaded:
+        error: str = loaded["error"]
+        return error
+    if "skipped" in loaded:
+        return Skipped(loaded["skipped"])
+    return PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
+                           "body_digest": bytes.fromhex(loaded["body_digest"]),
+                           "simhash": from_hex(loaded["simhash"])})

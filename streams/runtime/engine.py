@@ -40,9 +40,10 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.counters import Counters, oldest_timestamp_ms
-from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
+from streams.runtime.inflow import InputFlow, first_offsets
+from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig, RecordReader
 from streams.runtime.recovery import recover
-from streams.runtime.stage import Preparing, ShardAware, Stage
+from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage
 from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 
@@ -93,6 +94,10 @@ class Engine:
         self._shard_aware = stage if isinstance(stage, ShardAware) else None
         if self._shard_aware is not None:
             self._shard_aware.attach_shards(self._stores, settings.shards)
+        self._input_reader: RecordReader | None = None
+        if isinstance(stage, RereadsInputs):
+            self._input_reader = RecordReader(kafka)
+            stage.attach_input_reader(self._input_reader)
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
@@ -115,6 +120,8 @@ class Engine:
         self._producer = Producer(self.kafka.transactional_producer(
             f"{group}.{settings.worker_id}", settings.transaction_timeout_s, max_message_bytes=largest))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
+        self._inflow = None if not isinstance(stage, Preparing) else InputFlow(
+            stage, self._consumer, stage.state_topic)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -145,7 +152,7 @@ class Engine:
         try:
             while not self._stopping:
                 batch = self._consume()
-                if batch:
+                if batch or (self._inflow is not None and self._inflow.holding):
                     self._run_batch(batch)
                     self._last_activity = time.monotonic()
                     if observer is not None:
@@ -181,6 +188,8 @@ class Engine:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
                 self._consumer.close()
                 self._producer.flush(10)
+                if self._input_reader is not None:
+                    self._input_reader.close()
             for store in self._stores.values():
                 store.close()
             self._stores.clear()
@@ -210,11 +219,15 @@ class Engine:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = tuple(item for item in self.assignment if item not in revoked)
-        for tp in partitions:
-            if tp.topic == self.stage.state_topic:
-                store = self._stores.pop(tp.partition, None)
-                if store is not None:
-                    store.close()
+        if self._inflow is not None:
+            self._inflow.revoked(revoked)
+        shards = [tp.partition for tp in partitions if tp.topic == self.stage.state_topic]
+        if self._shard_aware is not None:
+            self._shard_aware.revoked(shards)
+        for shard in shards:
+            store = self._stores.pop(shard, None)
+            if store is not None:
+                store.close()
 
     # -- the four steps of a batch -------------------------------------------------------------
 
@@ -223,6 +236,8 @@ class Engine:
         ``batch_max_wait_s`` for a batch to fill. A call with a timeout returns early only once
         ``batch_max_messages`` records are in, which large records (pages of 200 KB: a few hundred
         fill the client's fetch queue) never reach: every batch of pages waited the whole timeout."""
+        if self._inflow is not None:
+            self._inflow.resume_if_ready()
         limit = self.settings.batch_max_messages
         messages = self._consumer.consume(limit, timeout=0)
         if not messages:
@@ -275,16 +290,9 @@ class Engine:
         self.counters.last_batch_oldest_ms = oldest_timestamp_ms(batch[:start])
 
     def _prepare(self, batch: list[Message]) -> list[Message]:
-        """Hand a preparing stage its input records, and put the shard records first, so they are
-        decided while the input records are prepared (in child processes). Each partition keeps
-        its order, which is all the offsets need; input records only emit, they read no state
-        this batch writes, so deciding shard records first changes no outcome."""
-        if not isinstance(self.stage, Preparing):
-            return batch
-        state_topic = self.stage.state_topic
-        inputs = [message for message in batch if message.topic() != state_topic]
-        self.stage.prepare(inputs)
-        return [message for message in batch if message.topic() == state_topic] + inputs
+        """The records to process: for a preparing stage, its shard records, then the input records
+        it prepared in the last batch (:mod:`streams.runtime.inflow`)."""
+        return batch if self._inflow is None else self._inflow.arrange(batch)
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         """Step 2 for a whole batch (the unit tests drive it directly)."""
@@ -415,8 +423,8 @@ class Engine:
         with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
             self._producer.abort_transaction(self.settings.transaction_timeout_s)
         self.counters.aborted_batches += 1
-        first: dict[tuple[str, int], int] = {}
-        for message in batch:
-            first.setdefault((message.topic(), message.partition()), message.offset())  # type: ignore[arg-type]
-        for (topic, partition), offset in first.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
+        if self._inflow is not None:
+            self._inflow.rewind(batch)  # the input records held for the next batch too
+        else:
+            for (topic, partition), offset in first_offsets(batch).items():
+                self._consumer.seek(TopicPartition(topic, partition, offset))

@@ -33,6 +33,7 @@ RECORD_OVERHEAD = 1024
 CLIENT_MAX_MESSAGE_BYTES = 1_000_000   # librdkafka's default message.max.bytes
 TOPIC_MAX_MESSAGE_BYTES = 1_048_588    # the broker's default max.message.bytes
 LIBRDKAFKA_MAX_MESSAGE_BYTES = 1_000_000_000  # the largest message.max.bytes librdkafka accepts
+READ_AHEAD_RECORDS = 100  # what RecordReader keeps of a fetch beyond the record asked for
 
 
 @dataclass(frozen=True)
@@ -232,3 +233,56 @@ def new_producer(config: Mapping[str, Any]) -> Producer:
 
 def new_consumer(config: Mapping[str, Any]) -> Consumer:
     return Consumer(dict(config))
+
+
+class RecordReader:
+    """Reads committed records back by position (read_committed), for a stage that needs an input
+    record again after routing it: the page stage reads a unique page's body back from the input
+    topic when the worker that routed it kept it no longer (:mod:`streams.pages.waiting`).
+
+    A fetch brings the records after the one asked for too, and the pages waiting after a restart
+    are mostly neighbours read in order, so the rest of the last fetch (at most
+    :data:`READ_AHEAD_RECORDS`) is kept for the next reads. One consumer, made on first use,
+    assigned only: it joins no group and commits nothing.
+    """
+
+    def __init__(self, kafka: KafkaConfig, timeout_s: float = 30.0) -> None:
+        self._kafka = kafka
+        self._timeout_s = timeout_s
+        self._consumer: Consumer | None = None
+        self._ahead: dict[tuple[str, int, int], bytes] = {}
+
+    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
+        """The value at ``offset``; None when the record is gone (deleted by retention).
+        :class:`BrokerError` when it cannot be read in time."""
+        found = self._ahead.pop((topic, partition, offset), None)
+        if found is not None:
+            return found
+        consumer = self._consumer
+        if consumer is None:
+            group = f"record-reader-{uuid.uuid4().hex[:10]}"  # required by the client, never joined
+            consumer = self._consumer = Consumer(self._kafka.consumer(group))
+        position = TopicPartition(topic, partition, offset)
+        low, high = consumer.get_watermark_offsets(position, timeout=self._timeout_s)
+        if not low <= offset < high:
+            return None
+        consumer.assign([position])
+        deadline = time.monotonic() + self._timeout_s
+        while time.monotonic() < deadline:
+            fetched = {message.offset(): message.value() or b""
+                       for message in consumer.consume(READ_AHEAD_RECORDS + 1, timeout=1)
+                       if message.error() is None and message.topic() == topic
+                       and message.partition() == partition}
+            if not fetched:
+                continue
+            self._ahead = {(topic, partition, at): value for at, value in fetched.items()
+                           if at is not None and at > offset}
+            # Past the offset without it: an aborted or compacted-away record, never a committed one.
+            return fetched.get(offset)
+        raise BrokerError(f"{topic}[{partition}]@{offset} not read in {self._timeout_s} s")
+
+    def close(self) -> None:
+        self._ahead = {}
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -69,10 +69,22 @@ class Stage(Protocol):
 
 @runtime_checkable
 class Preparing(Protocol):
-    """A stage that can do the CPU-heavy part of ``route`` for a whole batch at once (in parallel)."""
+    """A stage that sees a batch's input records before routing them: to do the CPU-heavy part of
+    ``route`` for all of them at once (in parallel), and to take no more of them than it has room
+    for (a stage that keeps what it routed in memory until its shard records come back).
 
-    def prepare(self, messages: Sequence[Message]) -> None:
-        """Called with a batch's input-topic records before ``route`` sees them one by one."""
+    Input records a stage does not take are not lost: the engine rewinds their partitions to the
+    first of them and pauses those partitions until :meth:`ready_for_input`, the pattern of Kafka
+    Streams' ``buffered.records.per.partition``, with the stage's own measure of what is in flight.
+    """
+
+    def prepare(self, messages: Sequence[Message]) -> int:
+        """Called with a batch's input-topic records before ``route`` sees them one by one; returns
+        how many of them, the first ones, to route in this batch."""
+        ...
+
+    def ready_for_input(self) -> bool:
+        """Whether the stage has room for input again (the engine then resumes paused inputs)."""
         ...
 
 
@@ -99,3 +111,23 @@ class ShardAware(Protocol):
     def aborted(self) -> None:
         """That transaction was aborted: forget what was routed in it."""
         ...
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        """This worker no longer owns ``shards`` (called before their stores close)."""
+        ...
+
+
+class InputReader(Protocol):
+    """Reads an input record back by position (:class:`streams.runtime.kafka_io.RecordReader`)."""
+
+    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
+        """The value at ``offset``; None when the record is gone."""
+        ...
+
+
+@runtime_checkable
+class RereadsInputs(Protocol):
+    """A stage that may need an input record again after routing it (the page stage: a unique
+    page's body, when the worker that routed it kept it no longer). The engine gives it a reader."""
+
+    def attach_input_reader(self, reader: InputReader) -> None: ...

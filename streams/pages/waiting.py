@@ -1,0 +1,143 @@
+"""Pages waiting for their verdict: what the gather shard keeps of one, and where its body is.
+
+A page's verdict is decided on its gather shard once every block table has replied
+(:mod:`streams.content_seen`). Until then the shard keeps the page's *head* (URL, SimHash, digest,
+how many replies to expect) and its *source*, the input record's topic, partition and offset; not
+the page itself. The body, 100 KB or more where the head is about 200 bytes, is needed only if the
+page turns out unique, for ``unique-pages``, and it is already durable in the input topic. Earlier
+versions kept the whole page as state, so each page went through the shard topic, the changelog and
+RocksDB (put, get, delete), which cost a quarter of a worker's time and most of the broker's.
+
+So the worker keeps the input values of pages in flight in memory (:class:`PageCache`): the router
+puts a page there when it owns the page's gather shard (with one worker, always), and otherwise
+sends the value along in the page's shard record, where the gather shard's owner takes it. A page
+whose value is not there any more (the worker restarted or the shard moved before the verdict, or
+the cache dropped it) is read back from the input topic by its source.
+
+Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``);
+a reply's match and the replies' progress are packed. A head without ``source`` is in the form of
+earlier versions (head, the record without its body, the raw body, one line each): decided from
+the page itself (:func:`old_form_record`).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from typing import Any, NamedTuple
+
+import orjson
+
+from streams.pages.buckets import Match
+from streams.pages.simhash import to_hex
+
+_REPLY_HEAD = struct.Struct(">16sBB")
+_PROGRESS = struct.Struct(">HH")
+
+
+class Source(NamedTuple):
+    """Where a page's input record is: the record's value can always be read back from there."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def encode_head(url: str, simhash: int, digest: bytes, tables: int, source: Source) -> bytes:
+    return orjson.dumps({"url": url, "simhash": to_hex(simhash), "digest": digest.hex(), "tables": tables,
+                         "source": list(source)})
+
+
+def decode_head(raw: bytes) -> dict[str, Any]:
+    """A head (of either form: the old one's first line)."""
+    head: dict[str, Any] = orjson.loads(raw[:raw.index(b"\n")] if b"\n" in raw else raw)
+    return head
+
+
+def source_of(head: dict[str, Any]) -> Source | None:
+    """The input record's position, or None for a page in the old form."""
+    found = head.get("source")
+    return None if found is None else Source(found[0], found[1], found[2])
+
+
+def old_form_record(value: bytes, head: dict[str, Any]) -> dict[str, Any]:
+    """The fetched-page record a waiting page of earlier versions holds (head, shell, raw body),
+    the body encoded the way it was sent."""
+    head_end = value.index(b"\n")
+    shell_end = value.index(b"\n", head_end + 1)
+    record: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
+    raw = value[shell_end + 1:]
+    if head["body"] == "text":
+        record["body"] = raw.decode("utf-8", "surrogatepass")
+    else:
+        record["body_base64"] = base64.b64encode(raw).decode("ascii")
+    return record
+
+
+def encode_match(match: Match | None) -> bytes:
+    if match is None:
+        return b""
+    return _REPLY_HEAD.pack(match.order, match.distance, match.exact) + match.url.encode(
+        "utf-8", "surrogatepass")
+
+
+def decode_match(raw: bytes) -> Match | None:
+    if not raw:
+        return None
+    order, distance, exact = _REPLY_HEAD.unpack_from(raw)
+    return Match(order, raw[_REPLY_HEAD.size:].decode("utf-8", "surrogatepass"), distance, bool(exact))
+
+
+def better(current: Match | None, found: Match | None) -> Match | None:
+    if current is None:
+        return found
+    if found is None:
+        return current
+    return found if found.rank() < current.rank() else current
+
+
+def encode_progress(count: int, tables: int, best: Match | None) -> bytes:
+    return _PROGRESS.pack(count, tables) + encode_match(best)
+
+
+def decode_progress(raw: bytes) -> tuple[int, int, Match | None]:
+    count, tables = _PROGRESS.unpack_from(raw)
+    return count, tables, decode_match(raw[_PROGRESS.size:])
+
+
+class PageCache:
+    """Input values of pages in flight, by source, at most ``max_bytes`` of them (oldest out first).
+
+    A cache, never the only copy: what it lacks is read back from the input topic. Values are the
+    records' own bytes, shared with nothing else, so a page costs its size once.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._values: dict[Source, bytes] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def put(self, source: Source, value: bytes) -> None:
+        if source in self._values:
+            return
+        self._values[source] = value
+        self._bytes += len(value)
+        while self._bytes > self.max_bytes and self._values:
+            self._bytes -= len(self._values.pop(next(iter(self._values))))
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._bytes = 0
+
+    def pop(self, source: Source) -> bytes | None:
+        value = self._values.pop(source, None)
+        if value is not None:
+            self._bytes -= len(value)
+        return value

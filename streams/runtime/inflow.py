@@ -1,0 +1,94 @@
+"""How a preparing stage's input records reach its ``route`` step: prepared in one batch, routed in
+the next, and only as many as the stage has room for.
+
+Why routed a batch late: the page stage prepares (analyses) its pages in child processes, which
+would otherwise wait idle while the worker commits a batch and consumes the next one, and the worker
+would wait while they analyse. Handing the children batch k's pages before the worker routes
+batch k-1's (whose analysis is done by then) keeps both busy; measured in
+docs/decisions/0002-compiled-hot-path.md. Input records held from one batch to the next are consumed
+but uncommitted, like any record of an open batch: after a crash they are consumed again from the
+committed offsets, after a rebalance the new owner consumes them, and an aborted batch rewinds
+their partitions too (:meth:`InputFlow.rewind`).
+
+Why only as many as the stage has room for: a stage that keeps what it routed in memory until its
+shard records come back (the page stage keeps pages until their verdict) would otherwise route a
+backlog far faster than its replies return. The records it does not take are consumed again
+later: their partitions are rewound to the first of them and paused until the stage is ready for
+input, as Kafka Streams pauses a partition whose buffer holds ``buffered.records.per.partition``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from streams.runtime.stage import Preparing
+
+Partition = tuple[str, int]
+
+
+def first_offsets(messages: Iterable[Message]) -> dict[Partition, int]:
+    """Each partition's first offset among ``messages`` (which keep each partition's order)."""
+    first: dict[Partition, int] = {}
+    for message in messages:
+        first.setdefault((message.topic() or "", message.partition() or 0), message.offset() or 0)
+    return first
+
+
+class InputFlow:
+    """The input records of a :class:`~streams.runtime.stage.Preparing` stage, batch to batch."""
+
+    def __init__(self, stage: Preparing, consumer: Consumer, state_topic: str) -> None:
+        self._stage = stage
+        self._consumer = consumer
+        self._state_topic = state_topic
+        self._held: list[Message] = []  # prepared in the last batch, routed in the next
+        self._paused: set[Partition] = set()  # deferred until the stage is ready for input
+
+    @property
+    def holding(self) -> bool:
+        """Whether input records wait to be routed (a batch is due even if nothing new came)."""
+        return bool(self._held)
+
+    def arrange(self, batch: list[Message]) -> list[Message]:
+        """What to process in this batch: its shard records, then the input records prepared in the
+        last one. This batch's input records go to the stage to prepare, as many as it takes, and
+        are held for the next batch; the others are deferred. Each partition keeps its order, which
+        is all the offsets need; input records only emit and read no state the batch writes, so
+        deciding shard records first changes no outcome."""
+        state_topic = self._state_topic
+        inputs = [message for message in batch if message.topic() != state_topic]
+        taken = self._stage.prepare(inputs)
+        if taken < len(inputs):
+            self._defer(inputs[taken:])
+        routed, self._held = self._held, inputs[:taken]
+        return [message for message in batch if message.topic() == state_topic] + routed
+
+    def _defer(self, deferred: list[Message]) -> None:
+        """Consume these records again later: each partition rewound to its first deferred record
+        (its later records in the batch are deferred too) and paused until the stage has room."""
+        first = first_offsets(deferred)
+        positions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in first.items()]
+        self._consumer.pause(positions)
+        for position in positions:
+            self._consumer.seek(position)
+        self._paused.update(first)
+
+    def resume_if_ready(self) -> None:
+        if self._paused and self._stage.ready_for_input():
+            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in self._paused])
+            self._paused.clear()
+
+    def revoked(self, partitions: set[Partition]) -> None:
+        """Another worker consumes these from their committed offsets now: forget them here."""
+        self._held = [message for message in self._held
+                      if (message.topic(), message.partition()) not in partitions]
+        self._paused -= partitions
+
+    def rewind(self, aborted: list[Message]) -> None:
+        """After an abort: every partition of the aborted records and of the held ones goes back to
+        its first offset among them, to be consumed again."""
+        for (topic, partition), offset in first_offsets([*aborted, *self._held]).items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        self._held = []

@@ -1,0 +1,153 @@
+"""Waiting pages (streams/pages/waiting.py): the page stage keeps a page's head as state and its input
+record in memory, sends the record along when another worker decides the page, reads it back when
+nobody holds it any more, and still decides pages written in the earlier form."""
+
+from __future__ import annotations
+
+import base64
+from collections import deque
+from typing import Any
+
+import orjson
+import pytest
+
+from streams import records, simweb
+from streams.content_seen import PAGE, ContentSeenSettings, ContentSeenStage
+from streams.pages.waiting import PageCache, Source, decode_head
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.offline import LineMessage
+from streams.runtime.store import MemoryStore
+from streams.topics import Topics
+
+TOPICS = Topics("unit.")
+
+
+class FakeReader:
+    """The input topic, by position; records what was read."""
+
+    def __init__(self, values: dict[Source, bytes]) -> None:
+        self.values, self.reads = values, []  # type: list[Source]
+
+    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
+        self.reads.append(Source(topic, partition, offset))
+        return self.values.get(Source(topic, partition, offset))
+
+
+def _messages(seed: int, articles: int) -> list[LineMessage]:
+    pages = simweb.crawl(seed=seed, articles=articles)
+    return [LineMessage(TOPICS.fetched_pages, number, orjson.dumps(page.record))
+            for number, page in enumerate(pages)]
+
+
+def _run(router: ContentSeenStage, decider: ContentSeenStage, messages: list[LineMessage],
+         rewrite: Any = None) -> list[Emit]:
+    """Route every message with ``router``, decide every shard record with ``decider`` (one store),
+    in the order sent; ``rewrite`` may change a shard record's value first. The outputs, in order."""
+    store, outputs = MemoryStore(), []
+    pending = deque(emit for message in messages for emit in router.route(message))
+    while pending:
+        emit = pending.popleft()
+        if emit.topic != decider.state_topic:
+            outputs.append(emit)
+            continue
+        value = rewrite(emit.value) if rewrite is not None else emit.value
+        state = BatchState(store)
+        pending.extend(decider.process(LineMessage(decider.state_topic, 0, value, emit.key), state))
+        store.apply(state.writes, None)
+    return outputs
+
+
+def _parsed(outputs: list[Emit]) -> list[tuple[str, bytes | None, dict[str, Any]]]:
+    return [(emit.topic, emit.key, orjson.loads(emit.value or b"")) for emit in outputs]
+
+
+def _by_topic(outputs: list[Emit], topic: str) -> list[dict[str, Any]]:
+    return [orjson.loads(emit.value or b"") for emit in outputs if emit.topic == topic]
+
+
+def test_a_page_nobody_holds_is_read_back_from_the_input_topic() -> None:
+    """As after a restart: the worker deciding has none of the pages in memory."""
+    messages = _messages(seed=8, articles=5)
+    alone = ContentSeenStage(TOPICS, "a")
+    expected = _run(alone, alone, messages)
+    reader = FakeReader({Source(m.topic(), 0, m.offset()): m.value() for m in messages})
+    restarted = ContentSeenStage(TOPICS, "a")
+    restarted.attach_input_reader(reader)
+    found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
+    assert found == expected
+    unique = _by_topic(found, TOPICS.unique_pages)
+    assert unique and len(reader.reads) == len(unique)  # duplicates need no body: not read
+
+
+def test_a_page_gone_from_the_input_topic_keeps_its_verdict_and_is_a_dead_letter() -> None:
+    messages = _messages(seed=9, articles=2)
+    restarted = ContentSeenStage(TOPICS, "a")
+    restarted.attach_input_reader(FakeReader({}))  # deleted by retention
+    found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
+    unique = [v for v in _by_topic(found, TOPICS.page_verdicts) if v["verdict"] == "unique"]
+    letters = _by_topic(found, TOPICS.dead_letters)
+    assert unique and not _by_topic(found, TOPICS.unique_pages)
+    assert [(letter["reason"], letter["source_topic"]) for letter in letters] == [
+        ("page_unavailable", TOPICS.fetched_pages)] * len(unique)
+
+
+def test_a_page_decided_by_another_worker_takes_its_record_along() -> None:
+    """The router owns no shard: the record travels in the page record; no read back is needed."""
+    messages = _messages(seed=10, articles=4)
+    alone = ContentSeenStage(TOPICS, "a")
+    expected = _run(alone, alone, messages)
+    router = ContentSeenStage(TOPICS, "a")
+    router.attach_shards({}, 8)
+    reader = FakeReader({})
+    decider = ContentSeenStage(TOPICS, "a")
+    decider.attach_input_reader(reader)
+    assert _run(router, decider, messages) == expected and reader.reads == []
+
+
+def _old_form(value: bytes) -> bytes:
+    """A page record as earlier versions wrote it: head, the record without its body, the raw body."""
+    if value[:1] != PAGE:
+        return value
+    head = decode_head(value[1:])
+    if "source" not in head:
+        return value
+    messages = {m.offset(): m for m in _old_form.messages}  # type: ignore[attr-defined]
+    record = records.decode(records.RecordKind.FETCHED_PAGE, messages[head["source"][2]].value())
+    body = base64.b64decode(record["body_base64"])
+    shell = {name: field for name, field in record.items() if name != "body_base64"}
+    old_head = {key: head[key] for key in ("url", "simhash", "digest", "tables")} | {"body": "base64"}
+    return PAGE + orjson.dumps(old_head) + b"\n" + orjson.dumps(shell) + b"\n" + body
+
+
+def test_pages_waiting_in_the_earlier_form_are_decided_from_themselves() -> None:
+    """Page records in flight when a worker is upgraded carry the page itself, and no source."""
+    messages = _messages(seed=11, articles=4)
+    alone = ContentSeenStage(TOPICS, "a")
+    expected = _run(alone, alone, messages)
+    _old_form.messages = messages  # type: ignore[attr-defined]
+    upgraded = ContentSeenStage(TOPICS, "a")
+    upgraded.attach_input_reader(FakeReader({}))
+    found = _run(ContentSeenStage(TOPICS, "a"), upgraded, messages, rewrite=_old_form)
+    assert _parsed(found) == _parsed(expected)  # the same records (the earlier form wrote fields in
+    # another order)
+
+
+def test_the_cache_drops_its_oldest_past_its_size() -> None:
+    cache = PageCache(max_bytes=10)
+    for offset in range(4):
+        cache.put(Source("t", 0, offset), b"x" * 4)
+    assert (len(cache), cache.size_bytes) == (2, 8)
+    assert cache.pop(Source("t", 0, 0)) is None and cache.pop(Source("t", 0, 3)) == b"x" * 4
+    cache.put(Source("t", 0, 9), b"y" * 40)  # larger than the whole cache: read back for its verdict
+    assert (len(cache), cache.size_bytes) == (0, 0)
+
+
+@pytest.mark.parametrize(("cache_mb", "pages", "taken"), [
+    (4, 10, 3),   # three quarters of 4 MB: three pages of 1 MB
+    (1, 5, 1),    # a page over the budget is still taken when none is in flight
+])
+def test_a_batch_takes_the_pages_its_budget_holds(cache_mb: int, pages: int, taken: int) -> None:
+    stage = ContentSeenStage(TOPICS, "a", ContentSeenSettings(page_cache_mb=cache_mb))
+    messages = [LineMessage(TOPICS.fetched_pages, n, b"x" * (1024 * 1024 - 1)) for n in range(pages)]
+    assert stage.prepare(messages) == taken
+    assert stage.ready_for_input() == (taken * 1024 * 1024 <= cache_mb * 1024 * 1024 // 2)
