@@ -188,7 +188,7 @@ def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings
     """
     analysis = analyze_page(record, settings, body)
     if isinstance(analysis, PageAnalysis):
-        return {"body_digest": analysis.body_digest.hex(), "text_digest": analysis.text_digest.hex(),
+        return {"body_digest": digest(body).hex(), "text_digest": analysis.text_digest.hex(),
                 "simhash": analysis.simhash}
     status = record.get("status", 200)
     if record.get("method", "GET") == "HEAD" or status is None or not 200 <= status < 300:
