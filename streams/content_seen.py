@@ -38,7 +38,6 @@ state and records of other pages too.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -50,18 +49,12 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected, StateError
 from streams.pages import buckets
-from streams.pages.analyze import (
-    PageAnalysis,
-    PageSettings,
-    analysis_from_json,
-    analysis_to_json,
-    analyze_page,
-    design_for,
-)
+from streams.pages.analyze import PageSettings, design_for
 from streams.pages.buckets import Match, Page, Record
 from streams.pages.decode import Skipped
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
+from streams.pages.intake import Intake
 from streams.pages.waiting import (
     PageCache,
     Source,
@@ -77,7 +70,6 @@ from streams.pages.waiting import (
 )
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit
-from streams.runtime.parallel import Pending, ProcessMap
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import InputReader, Message
 from streams.runtime.store import PartitionStore
@@ -139,18 +131,11 @@ class ContentSeenStage:
         self._design_id = fingerprint_space(self.settings)
         self._checked: set[int] = set()
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
-        self._unrouted_bytes = 0  # pages prepared in the last batch, routed in the next
+        self._intake = Intake(self.settings, self.settings.analysis_processes, self.max_record_bytes,
+                              self._pages)
         self._owned: Mapping[int, PartitionStore] = {}
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
-        self._prepared: dict[tuple[int | None, int | None], bytes] = {}
-        self._pool: ProcessMap | None = None
-        self._pending: tuple[list[tuple[int | None, int | None]], Pending] | None = None
-        if self.settings.analysis_processes > 0:
-            context = orjson.dumps({"settings": dataclasses.asdict(self.settings),
-                                    "max_record_bytes": self.max_record_bytes})
-            self._pool = ProcessMap("streams.content_seen:analyze_value", context,
-                                    self.settings.analysis_processes)
 
     # -- what the runtime gives the stage ------------------------------------------------------
 
@@ -171,9 +156,7 @@ class ContentSeenStage:
         """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the
         ones still decided here are read back), so none waits in memory for a verdict never taken;
         and analyses of pages that another worker may route now."""
-        self._collect_prepared()
-        self._prepared.clear()
-        self._unrouted_bytes = 0
+        self._intake.forget()
         if shards:
             self._pages.clear()
 
@@ -215,62 +198,18 @@ class ContentSeenStage:
     # -- 1. route ------------------------------------------------------------------------------
 
     def prepare(self, messages: Sequence[Message]) -> int:
-        """Take the first of a batch's pages while the pages in flight (awaiting a verdict here, or
-        prepared and not routed yet) stay under three quarters of ``page_cache_mb``, at least one
-        when none is, and start analysing them in the child processes, if there are any
-        (``analysis_processes``). The engine routes them in the next batch
-        (:mod:`streams.runtime.inflow`), by when their analysis is mostly done, and feeds the rest
-        in again once :meth:`ready_for_input` (at half): without that, a worker catching up on a
-        backlog would route pages far faster than their replies return through the shard topic,
-        each waiting in memory. A page is in flight for about four batches (prepared, routed,
-        probed, replied to), each up to the consumer's 64 MB queue, so less than about 384 MB in
-        flight stalls the input (docs/content-seen.md has the measurements)."""
-        self._collect_prepared()  # the last batch's pages, routed in this one: the children are free
-        budget = self._pages.max_bytes * 3 // 4 - self._pages.size_bytes - self._unrouted_bytes
-        taken = 0
-        for message in messages:
-            budget -= len(message.value() or b"")
-            if budget < 0 and (taken or len(self._pages) or self._unrouted_bytes):
-                break
-            taken += 1
-        chosen = messages[:taken]
-        self._unrouted_bytes = sum(len(message.value() or b"") for message in chosen)
-        if self._pool is not None and chosen:
-            places = [(message.partition(), message.offset()) for message in chosen]
-            self._pending = (places, self._pool.submit([message.value() or b"" for message in chosen]))
-        return taken
+        """Take the first of a batch's pages, as many as there is room for, and start analysing them
+        (:mod:`streams.pages.intake`); the engine routes them in the next batch."""
+        return self._intake.prepare(messages)
 
     def ready_for_input(self) -> bool:
-        return self._pages.size_bytes + self._unrouted_bytes <= self._pages.max_bytes // 2
-
-    def _collect_prepared(self) -> None:
-        """The results of the pages handed to the children last, waiting for the last of them."""
-        if self._pending is not None:
-            places, pending = self._pending
-            self._pending = None
-            self._prepared.update(zip(places, pending.results(), strict=True))
-
-    def _take_prepared(self, place: tuple[int | None, int | None]) -> bytes | None:
-        if place not in self._prepared:
-            self._collect_prepared()
-        return self._prepared.pop(place, None)
-
-    def _analyse(self, message: Message, record: dict[str, Any]) -> PageAnalysis | Skipped:
-        """The page's analysis, or why it is not compared: from the child that analysed it, or done here."""
-        prepared = self._take_prepared((message.partition(), message.offset()))
-        if prepared is None:
-            return analyze_page(record, self.settings)
-        found = analysis_from_json(prepared)
-        if isinstance(found, str):  # the child failed: decoding here tells bad base64 precisely
-            records.body_bytes(record)
-            raise RecordRejected("processing_error", found)
-        return found
+        return self._intake.ready()
 
     def route(self, message: Message) -> list[Emit]:
         value = message.value() or b""
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self.max_record_bytes)
         _check_url_length(record["url"])
-        analysis = self._analyse(message, record)
+        analysis = self._intake.analyse(message, record)
         if isinstance(analysis, Skipped):
             self.decisions["skipped"] += 1
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
@@ -413,26 +352,3 @@ def probe_value(page: Page) -> bytes:
 def _check_url_length(url: str) -> None:
     if len(url) > MAX_URL_BYTES or len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
         raise RecordRejected("url_too_long", f"URL exceeds {MAX_URL_BYTES} bytes")
-
-
-# -- the analysis in a child process ----------------------------------------------------------------
-
-
-@functools.cache
-def _child_settings(context: bytes) -> tuple[ContentSeenSettings, int]:
-    loaded = orjson.loads(context)
-    return ContentSeenSettings(**loaded["settings"]), loaded["max_record_bytes"]
-
-
-def analyze_value(context: bytes, value: bytes) -> bytes:
-    """Child side of ``analysis_processes``: a fetched-page record's bytes -> its analysis, as JSON.
-
-    Never raises: a record the parent will reject anyway, or a failure, is an ``error`` result
-    (the parent decodes the record itself and dead-letters it with the real reason).
-    """
-    settings, max_record_bytes = _child_settings(context)
-    try:
-        record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
-        return analysis_to_json(analyze_page(record, settings))
-    except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
-        return orjson.dumps({"error": repr(error)})
