@@ -104,13 +104,26 @@ def test_offline_mode_gives_one_verdict_per_line_in_order(kafka: KafkaConfig, tm
     _check_against_plan(pages, verdicts, verdicts)
 
 
-@pytest.mark.parametrize("kills", [3, pytest.param(20, marks=pytest.mark.slow, id="20-kills")])
-def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int) -> None:
-    """All pages at once (copies race their originals), SIGKILLs: one verdict each, no cluster lost."""
+@pytest.mark.parametrize(("kills", "page_cache_mb"), [
+    (3, None),
+    pytest.param(3, 1, id="3-kills-paced"),
+    pytest.param(20, None, marks=pytest.mark.slow, id="20-kills"),
+])
+def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int,
+                                        page_cache_mb: int | None) -> None:
+    """All pages at once (copies race their originals), SIGKILLs: one verdict each, no cluster lost.
+
+    Paced: a 1 MB page cache under batches of 500 pages, so every batch takes only some of its pages
+    and pauses the rest (streams/runtime/inflow.py), and restarted workers read waiting pages back
+    from the input topic (streams/pages/waiting.py)."""
     topics = Topics(prefix)
     pages = simweb.crawl(seed=11, articles=120)
     _produce_crawl(kafka, topics, pages)
-    command = _worker(kafka, prefix, tmp_path / "state", "w0", "--batch-max-messages", "50")
+    paced = [] if page_cache_mb is None else ["--batch-max-messages", "500"]
+    command = _worker(kafka, prefix, tmp_path / "state", "w0", *(paced or ["--batch-max-messages", "50"]))
+    if page_cache_mb is not None:
+        command.insert(1, f"STREAMS_CONTENT_SEEN_PAGE_CACHE_MB={page_cache_mb}")
+        command[command.index("content-seen"):command.index("content-seen")] = ["--log-level", "INFO"]
     group = f"{prefix}app.content-seen"
     report = h.run_with_kills(
         command, lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),
@@ -124,3 +137,5 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     for page in pages:
         clusters.setdefault(page.article, set()).add(page.url)
     assert all(members & unique for members in clusters.values()), "a cluster lost all its members"
+    if page_cache_mb is not None:
+        assert "partitions paused" in (tmp_path / "worker.log").read_text()

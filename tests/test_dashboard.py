@@ -23,7 +23,7 @@ DATASOURCES = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prome
 COUNTERS = {
     "crawl_dedup_records_in_total", "crawl_dedup_records_out_total", "crawl_dedup_dead_letters_total",
     "crawl_dedup_decisions_total", "crawl_dedup_aborted_batches_total",
-    "crawl_dedup_recovered_records_total",
+    "crawl_dedup_recovered_records_total", "crawl_dedup_deferred_records_total",
 }
 GAUGES = {
     "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_rate",

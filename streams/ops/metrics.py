@@ -41,6 +41,7 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
                   ("decision",)),
     "aborted_batches": ("Transactions aborted and retried", ()),
     "recovered_records": ("Changelog records replayed into local state", ()),
+    "deferred_records": ("Input records a stage had no room for, paused and consumed again later", ()),
 }
 STORE_GAUGES = {  # the keys of Measured.measurements(), one series per shard
     "state_bytes": "Local state size of a shard (RocksDB SST files and memtables)",
@@ -102,6 +103,7 @@ class WorkerMetrics:
         self._advance("dead_letters", counters.dead_letters_by_reason)
         self._advance_one("aborted_batches", counters.aborted_batches)
         self._advance_one("recovered_records", counters.recovered_records)
+        self._advance_one("deferred_records", counters.deferred_records)
         if counters.batches and self._seen.get(("batches", "")) != counters.batches:
             self._seen[("batches", "")] = counters.batches
             self.batch_seconds.labels(self.stage).observe(counters.last_batch_s)

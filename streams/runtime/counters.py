@@ -29,6 +29,7 @@ class Counters:
     batches: int = 0
     aborted_batches: int = 0
     recovered_records: int = 0
+    deferred_records: int = 0  # input records a stage had no room for, consumed again later
     consumed_by_topic: dict[str, int] = field(default_factory=dict)
     emitted_by_topic: dict[str, int] = field(default_factory=dict)
     dead_letters_by_reason: dict[str, int] = field(default_factory=dict)

@@ -292,7 +292,11 @@ class Engine:
     def _prepare(self, batch: list[Message]) -> list[Message]:
         """The records to process: for a preparing stage, its shard records, then the input records
         it prepared in the last batch (:mod:`streams.runtime.inflow`)."""
-        return batch if self._inflow is None else self._inflow.arrange(batch)
+        if self._inflow is None:
+            return batch
+        arranged = self._inflow.arrange(batch)
+        self.counters.deferred_records = self._inflow.deferred_records
+        return arranged
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         """Step 2 for a whole batch (the unit tests drive it directly)."""

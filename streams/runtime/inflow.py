@@ -19,11 +19,14 @@ input, as Kafka Streams pauses a partition whose buffer holds ``buffered.records
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.runtime.stage import Preparing
+
+log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
 
@@ -45,6 +48,7 @@ class InputFlow:
         self._state_topic = state_topic
         self._held: list[Message] = []  # prepared in the last batch, routed in the next
         self._paused: set[Partition] = set()  # deferred until the stage is ready for input
+        self.deferred_records = 0  # running total, for the metrics
 
     @property
     def holding(self) -> bool:
@@ -74,6 +78,8 @@ class InputFlow:
         for position in positions:
             self._consumer.seek(position)
         self._paused.update(first)
+        self.deferred_records += len(deferred)
+        log.info("no room for %d input records: %d partitions paused", len(deferred), len(positions))
 
     def resume_if_ready(self) -> None:
         if self._paused and self._stage.ready_for_input():
