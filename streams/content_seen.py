@@ -24,10 +24,9 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
 State keys (one prefix per kind, layout :data:`streams.pages.buckets.LAYOUT`): ``t`` + table key
 -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with that
 SimHash (order, digest, URL); ``p`` + order -> a waiting page's head; ``a`` + order -> replies so
-far. The
-block design and feature version are recorded per shard and a worker with other settings refuses
-the shard instead of mixing two fingerprint spaces; the state layout is recorded beside them and a
-shard in another layout is refused (:class:`StateError`) instead of misread.
+far. The block design and feature version are recorded per shard and a worker with other settings
+refuses the shard instead of mixing two fingerprint spaces; the state layout is recorded beside
+them and a shard in another layout is refused (:class:`StateError`) instead of misread.
 
 A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
 is stored in its SimHash's record in every shard holding one of its table keys (among up to
@@ -142,15 +141,6 @@ class ContentSeenStage:
     def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
         """The shards this worker owns: a page whose gather shard is one of them waits here."""
         self._owned, self._shard_count = owned, shards
-
-    def routed(self, emits: Sequence[Emit]) -> None:
-        pass  # nothing to remember: a page cached for an aborted route is routed again, or dropped
-
-    def committed(self) -> None:
-        pass
-
-    def aborted(self) -> None:
-        pass
 
     def revoked(self, shards: Sequence[int]) -> None:
         """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the

@@ -43,7 +43,7 @@ from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig, RecordReader
 from streams.runtime.recovery import recover
-from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage
+from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage, TracksRouting
 from streams.runtime.store import PartitionStore, RocksStore
 from streams.runtime.watchdog import Watchdog
 
@@ -94,6 +94,7 @@ class Engine:
         self._shard_aware = stage if isinstance(stage, ShardAware) else None
         if self._shard_aware is not None:
             self._shard_aware.attach_shards(self._stores, settings.shards)
+        self._tracker = stage if isinstance(stage, TracksRouting) else None
         self._input_reader: RecordReader | None = None
         if isinstance(stage, RereadsInputs):
             self._input_reader = RecordReader(kafka)
@@ -280,8 +281,8 @@ class Engine:
                 self._abort(batch[start:], error)
                 return
             self._apply(states, changelog_ends)
-            if self._shard_aware is not None:
-                self._shard_aware.committed()
+            if self._tracker is not None:
+                self._tracker.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
             start += done
@@ -326,8 +327,8 @@ class Engine:
                     emits = self.stage.route(message)
                     if emits:  # most routed URLs are repeats answered at routing: nothing to emit
                         self._check_sizes(emits)
-                        if self._shard_aware is not None:
-                            self._shard_aware.routed(emits)  # only once its output is sure to be produced
+                        if self._tracker is not None:
+                            self._tracker.routed(emits)  # only once its output is sure to be produced
             except RecordRejected as rejected:
                 emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
@@ -422,8 +423,8 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
-        if self._shard_aware is not None:
-            self._shard_aware.aborted()
+        if self._tracker is not None:
+            self._tracker.aborted()
         with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
             self._producer.abort_transaction(self.settings.transaction_timeout_s)
         self.counters.aborted_batches += 1

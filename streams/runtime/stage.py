@@ -90,14 +90,24 @@ class Preparing(Protocol):
 
 @runtime_checkable
 class ShardAware(Protocol):
-    """A stage whose router answers some records without their shard (the URL stage: a repeat of
-    a URL it routed before, or one in an owned shard's committed store, needs no trip through the
-    shard topic). The engine tells it what it owns and when its routing became final."""
+    """A stage whose router looks at the shards its worker owns (the URL stage answers a repeat from
+    an owned shard's committed store; the page stage keeps a page in memory when it owns the page's
+    gather shard). The engine tells it what it owns."""
 
     def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
         """Called once, before any record: the engine's live map of owned shard stores (committed
         state only: a batch's writes reach them after its transaction commits) and the shard count."""
         ...
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        """This worker no longer owns ``shards`` (called before their stores close)."""
+        ...
+
+
+@runtime_checkable
+class TracksRouting(Protocol):
+    """A stage whose router remembers what it routed (the URL stage: a repeat of a URL it routed
+    needs no trip through the shard topic). The engine tells it when its routing became final."""
 
     def routed(self, emits: Sequence[Emit]) -> None:
         """What ``route`` returned for one record is in the open transaction (its sizes checked:
@@ -110,10 +120,6 @@ class ShardAware(Protocol):
 
     def aborted(self) -> None:
         """That transaction was aborted: forget what was routed in it."""
-        ...
-
-    def revoked(self, shards: Sequence[int]) -> None:
-        """This worker no longer owns ``shards`` (called before their stores close)."""
         ...
 
 
