@@ -39,6 +39,7 @@ COMPILED = (
     "streams/runtime/bloom_store.py",
     "streams/runtime/counters.py",
     "streams/runtime/engine.py",
+    "streams/runtime/outputs.py",
     "streams/runtime/partitioner.py",
     "streams/urls/bloom.py",
     "streams/urls/canonical.py",

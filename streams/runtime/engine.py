@@ -10,7 +10,7 @@ steps, and only the last touches local state:
 2. ``_process`` each record inside an open transaction: input topics are routed to the shard topic,
    shard records are decided against :class:`BatchState` (store + in-memory writes of this batch);
    a bad record becomes a dead letter in the same transaction, and so does a record whose output
-   would exceed its topic's size limit (``output_too_large``; see :meth:`Engine._check_sizes`).
+   would exceed its topic's size limit (``output_too_large``; :mod:`streams.runtime.outputs`).
 3. ``_commit``: the batch's state writes go to the changelog, the consumed offsets are added with
    ``send_offsets_to_transaction`` (KIP-447: the group generation fences zombies), and the
    transaction commits. Outputs, changelog and offsets become visible together or not at all.
@@ -35,13 +35,13 @@ from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from streams import records
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
-from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig, RecordReader
+from streams.runtime.kafka_io import KafkaConfig, RecordReader
+from streams.runtime.outputs import Outputs
 from streams.runtime.recovery import recover
 from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage, TracksRouting
 from streams.runtime.store import PartitionStore, RocksStore
@@ -87,7 +87,6 @@ class Engine:
         self.group = group
         self.settings = settings
         self.changelog_topic = changelog_topic
-        self.dead_letter_topic = dead_letter_topic
         self.counters = Counters()
         self._store_factory = store_factory or self._rocks_store
         self._stores: dict[int, PartitionStore] = {}
@@ -115,11 +114,11 @@ class Engine:
             "group.instance.id": settings.worker_id,
             "session.timeout.ms": 30_000,
         }))
-        self._limits = dict(output_limits or {})
-        self._default_limit = CLIENT_MAX_MESSAGE_BYTES - RECORD_OVERHEAD
-        largest = max([self._default_limit, *self._limits.values()]) + RECORD_OVERHEAD
+        self._outputs = Outputs(self.counters, stage.name, dead_letter_topic,
+                                settings.dead_letter_max_value_bytes, output_limits)
         self._producer = Producer(self.kafka.transactional_producer(
-            f"{group}.{settings.worker_id}", settings.transaction_timeout_s, max_message_bytes=largest))
+            f"{group}.{settings.worker_id}", settings.transaction_timeout_s,
+            max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._inflow = None if not isinstance(stage, Preparing) else InputFlow(
             stage, self._consumer, stage.state_topic)
@@ -322,42 +321,24 @@ class Engine:
                     if state is None:
                         state = states[partition] = BatchState(self._stores[partition])
                     emits = self.stage.process(message, state)
-                    self._check_sizes(emits)
+                    self._outputs.check(emits)
                 else:
                     emits = self.stage.route(message)
                     if emits:  # most routed URLs are repeats answered at routing: nothing to emit
-                        self._check_sizes(emits)
+                        self._outputs.check(emits)
                         if self._tracker is not None:
                             self._tracker.routed(emits)  # only once its output is sure to be produced
             except RecordRejected as rejected:
-                emits = [self._dead_letter(message, rejected.reason, rejected.detail)]
+                emits = [self._outputs.dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
                 raise  # the worker's configuration or state is wrong: stop, say why
             except Exception as error:  # noqa: BLE001 - a poison record must not stop the stage
                 log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
                               message.offset())
-                emits = [self._dead_letter(message, "processing_error", repr(error))]
+                emits = [self._outputs.dead_letter(message, "processing_error", repr(error))]
             if emits:
                 self._produce(emits)
         return states, done
-
-    def _check_sizes(self, emits: list[Emit]) -> None:
-        """Refuse a record's output when any of it exceeds its topic's limit, before any is produced.
-
-        Produced, it would fail: librdkafka refuses a record over ``message.max.bytes`` at once, and
-        the broker one over the topic's ``max.message.bytes`` at commit, which aborts the batch; the
-        batch would then be retried and fail again forever. A dead letter ``output_too_large``
-        instead names the input record. State writes a shard record made before its output was
-        refused stand (the decision was taken; only its output is missing, and the dead letter
-        says so).
-        """
-        limits, default = self._limits, self._default_limit
-        for emit in emits:
-            size = len(emit.value or b"") + len(emit.key or b"")
-            limit = limits.get(emit.topic, default)
-            if size > limit:
-                raise RecordRejected("output_too_large", f"a record of {size} bytes for {emit.topic}, "
-                                                         f"whose limit is {limit} bytes")
 
     def _produce(self, emits: list[Emit]) -> None:
         produce = self._producer.produce
@@ -369,18 +350,6 @@ class Engine:
             else:
                 produce(emit.topic, emit.value, emit.key, partition=emit.partition)
         self.counters.emitted += len(emits)
-
-    def _dead_letter(self, message: Message, reason: str, detail: str) -> Emit:
-        self.counters.dead_letters += 1
-        by_reason = self.counters.dead_letters_by_reason
-        by_reason[reason] = by_reason.get(reason, 0) + 1
-        value = records.dead_letter(
-            reason=reason, detail=detail, stage=self.stage.name, topic=message.topic() or "",
-            partition=message.partition() or 0, offset=message.offset() or 0,
-            key=message.key(), value=message.value(),
-            max_value_bytes=self.settings.dead_letter_max_value_bytes,
-        )
-        return Emit(self.dead_letter_topic, value, message.key())
 
     def _commit(self, batch: list[Message], states: dict[int, BatchState]) -> dict[int, int]:
         """Changelog, offsets and outputs in one transaction; returns each shard's changelog end."""
