@@ -298,9 +298,13 @@ class ContentSeenStage:
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,
                                   digest=digest)]
         verdict = self._verdict(url, "unique", simhash=simhash, digest=digest)
-        record = old_form_record(waiting, head) if source is None else self._input_record(source)
-        if record is None:
-            return [verdict, self._body_unavailable(source)]
+        if source is None:
+            record = old_form_record(waiting, head)
+        else:
+            found = self._input_record(source)
+            if found is None:
+                return [verdict, self._body_unavailable(source)]
+            record = found
         unique = records.encode(RecordKind.UNIQUE_PAGE, {**record, "simhash": simhash, "digest": digest})
         return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")), verdict]
 
@@ -316,10 +320,9 @@ class ContentSeenStage:
                 return None
         return records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self.max_record_bytes)
 
-    def _body_unavailable(self, source: Source | None) -> Emit:
+    def _body_unavailable(self, source: Source) -> Emit:
         """A unique page whose input record was deleted (retention) before its verdict: its verdict
         stands, and this dead letter says which page ``unique-pages`` lacks."""
-        assert source is not None
         letter = records.dead_letter(
             reason="page_unavailable", detail="the input record was deleted before the page's verdict",
             stage=self.name, topic=source.topic, partition=source.partition, offset=source.offset,
