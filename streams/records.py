@@ -57,8 +57,6 @@ _JSON_TYPE_NAMES: Final = {list: "an array", str: "a string", int: "a number", f
                            bool: "a boolean", type(None): "null"}
 
 
-
-
 class RecordKind(enum.Enum):
     """The record format of each shared topic; the value is the stem of its schema file."""
 

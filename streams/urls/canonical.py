@@ -48,7 +48,7 @@ _DROP_TAB_NEWLINE: Final = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab 
 # apart, only in URLs that have a "%" (_ESCAPE_NOT_PLAIN).
 _PLAIN_CHARS: Final = r"A-Za-z0-9\-._~!$&'()*+,;=:%"
 _PLAIN_URL: Final = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}/]*)"
-                        rf"(?:\?([{_PLAIN_CHARS}/?]+))?(?:#([\x21-\x7e]*))?")
+                               rf"(?:\?([{_PLAIN_CHARS}/?]+))?(?:#([\x21-\x7e]*))?")
 # A "%" that is not an upper-case escape of a character that stays escaped: an escape of an
 # unreserved character (RFC 3986 §2.3: ALPHA, DIGIT, "-", ".", "_", "~"), which is decoded, or a
 # "%" not followed by two upper-case hex digits (lower-case hex is upper-cased, a bare "%" encoded).
