@@ -168,7 +168,7 @@ def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, con
     ``outputs`` are the stage's output topics; offline, the first one is written to stdout.
     """
     from streams.runtime.runner import StageTopics, run_stage
-    from streams.runtime.store import RocksStore
+    from streams.runtime.stage import shard_store
     from streams.topics import Topics
 
     settings = _runtime_settings(args)
@@ -177,8 +177,7 @@ def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, con
     stage = make_stage(topics, settings)
     if args.offline:
         with _offline_dir(args) as directory:
-            store = RocksStore(directory / stage.name / "shard-0000",
-                               block_cache_mb=settings.rocksdb_block_cache_mb)
+            store = shard_store(stage, directory / stage.name / "shard-0000", settings.rocksdb_block_cache_mb)
             return _offline(stage, store, outputs(topics)[0])
     io = StageTopics(inputs=list(stage.route_topics), outputs=outputs(topics))
     run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,

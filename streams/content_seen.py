@@ -80,6 +80,9 @@ DESIGN_KEY = b"meta:block_design"
 LAYOUT_KEY = b"meta:state_layout"
 PAGE, PROBE, REPLY = b"P", b"Q", b"R"
 _PROBE_HEAD = struct.Struct(">16sQ16s")
+# PlainTable's hash index hashes this much of each state key: ``t`` and a whole bucket key of the
+# default design (table byte and 4 bytes of blocks), ``s`` and 5 bytes of a record's SimHash.
+STATE_KEY_PREFIX_BYTES = 6
 MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
 
 
@@ -135,6 +138,11 @@ class ContentSeenStage:
         self._owned: Mapping[int, PartitionStore] = {}
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
+
+    @property
+    def state_key_prefix_bytes(self) -> int:
+        """Shards are read bucket by bucket, 10 random ones a page: kept in PlainTable format."""
+        return STATE_KEY_PREFIX_BYTES
 
     # -- what the runtime gives the stage ------------------------------------------------------
 

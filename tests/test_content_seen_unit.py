@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -107,3 +108,16 @@ def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
             stage.route(message)
         reasons.append(rejected.value.reason)
     assert reasons == ["schema", "schema"]
+
+
+def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
+    """The block tables are read bucket by bucket: the runtime opens the page stage's shards in
+    PlainTable format (streams.runtime.rocks_tables), other stages' in block-based tables."""
+    from streams.revisit import RevisitStage
+    from streams.runtime.stage import shard_store
+
+    pages = shard_store(ContentSeenStage(Topics("t."), "app"), tmp_path / "pages", 8)
+    fetches = shard_store(RevisitStage(Topics("t."), "app"), tmp_path / "fetches", 8)
+    assert (pages.table_format, fetches.table_format) == ("plain", "block")
+    pages.close()
+    fetches.close()

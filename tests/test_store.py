@@ -1,7 +1,8 @@
-"""One suite over both PartitionStore implementations (memory and RocksDB)."""
+"""One suite over the PartitionStore implementations (memory, RocksDB in both table formats, Bloom front)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.errors import StateError
+from streams.runtime import rocks_tables
 from streams.runtime.batch import BatchState
 from streams.runtime.bloom_store import BloomFrontStore
 from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
@@ -22,6 +24,7 @@ def _bloom_front(path: Path) -> PartitionStore:
 STORES = {
     "memory": lambda path: MemoryStore(),
     "rocksdb": lambda path: RocksStore(path / "s"),
+    "rocksdb-plain": lambda path: RocksStore(path / "s", plain_table_prefix_bytes=2),
     "bloom-front": _bloom_front,
 }
 
@@ -117,13 +120,69 @@ def test_rocks_store_directory_is_owner_only(tmp_path: Path) -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=40))
+@given(st.lists(st.tuples(st.binary(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=40),
+       st.sampled_from([None, 1, 3]), st.integers(min_value=0, max_value=40))
 def test_memory_and_rocks_agree(tmp_path_factory: pytest.TempPathFactory,
-                                writes: list[tuple[bytes, bytes | None]]) -> None:
-    memory, rocks = MemoryStore(), RocksStore(tmp_path_factory.mktemp("agree") / "s")
+                                writes: list[tuple[bytes, bytes | None]], plain_prefix: int | None,
+                                compact_after: int) -> None:
+    """Both table formats, with some writes compacted into table files and the rest in the memtable
+    (a PlainTable store's reads and its scan from the first key go through both)."""
+    memory = MemoryStore()
+    rocks = RocksStore(tmp_path_factory.mktemp("agree") / "s", plain_table_prefix_bytes=plain_prefix)
     for offset, (key, value) in enumerate(writes):
         memory.apply({key: value}, offset)
         rocks.apply({key: value}, offset)
+        if offset == compact_after:
+            rocks.compact()
     assert list(memory.items()) == list(rocks.items())
+    assert all(rocks.get(key) == memory.get(key) for key, _ in writes)
     assert memory.changelog_offset() == rocks.changelog_offset()
     rocks.close()
+
+
+@pytest.mark.parametrize(("first", "then"), [(None, 6), (6, None), (6, 2)])
+def test_a_store_in_the_other_table_format_is_converted(tmp_path: Path, first: int | None,
+                                                        then: int | None) -> None:
+    written = {b"t%05d" % i: b"%d" % i for i in range(3000)}
+    store = RocksStore(tmp_path / "s", plain_table_prefix_bytes=first)
+    store.apply(dict(written), 41)
+    store.compact()
+    store.apply({b"t00007": None, b"late": b"memtable"}, 42)
+    store.set_meta("shards", b"8")
+    store.close()
+    reopened = RocksStore(tmp_path / "s", plain_table_prefix_bytes=then)
+    expected = {**{k: v for k, v in written.items() if k != b"t00007"}, b"late": b"memtable"}
+    assert reopened.table_format == ("block" if then is None else "plain")
+    assert dict(reopened.items()) == expected
+    assert (reopened.changelog_offset(), reopened.get_meta("shards")) == (42, b"8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no staging or replaced store left
+    assert (tmp_path / "s").stat().st_mode & 0o077 == 0
+    reopened.close()
+
+
+@pytest.mark.parametrize("crash_after", ["copy", "first rename", "second rename"])
+def test_a_conversion_cut_short_leaves_one_whole_store(tmp_path: Path, crash_after: str) -> None:
+    """The steps of rocks_tables.convert, stopped where a crash could stop them, then a reopen."""
+    path = tmp_path / "s"
+    store = RocksStore(path)
+    store.apply({b"a": b"1"}, 5)
+    store.close()
+    staging, replaced = tmp_path / "s.converting", tmp_path / "s.replaced"
+    rocks_tables._copy(path, rocks_tables.options("block", block_cache_mb=8, prefix_bytes=3),
+                       staging, rocks_tables.options("plain", block_cache_mb=8, prefix_bytes=3))
+    if crash_after != "copy":
+        os.rename(path, replaced)
+    if crash_after == "second rename":
+        os.rename(staging, path)
+    reopened = RocksStore(path, plain_table_prefix_bytes=2)
+    assert (dict(reopened.items()), reopened.changelog_offset()) == ({b"a": b"1"}, 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+    reopened.close()
+
+
+def test_table_format_on_disk(tmp_path: Path) -> None:
+    assert rocks_tables.format_on_disk(tmp_path / "none") is None
+    RocksStore(tmp_path / "block").close()
+    RocksStore(tmp_path / "plain", plain_table_prefix_bytes=4).close()
+    assert rocks_tables.format_on_disk(tmp_path / "block") == "block"
+    assert rocks_tables.format_on_disk(tmp_path / "plain") == "plain"

@@ -43,8 +43,8 @@ from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.outputs import Outputs
 from streams.runtime.recovery import recover
-from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage, TracksRouting
-from streams.runtime.store import PartitionStore, RocksStore
+from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage, TracksRouting, shard_store
+from streams.runtime.store import PartitionStore
 from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Engine:
 
     def _rocks_store(self, partition: int) -> PartitionStore:
         path = stage_dir(self.settings, self.stage.name) / f"shard-{partition:04d}"
-        return RocksStore(path, block_cache_mb=self.settings.rocksdb_block_cache_mb)
+        return shard_store(self.stage, path, self.settings.rocksdb_block_cache_mb)
 
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""

@@ -15,10 +15,11 @@ changes (as changelog records) and the consumed offsets are committed together o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from streams.runtime.batch import BatchState, Emit
-from streams.runtime.store import PartitionStore
+from streams.runtime.store import PartitionStore, RocksStore
 
 
 class Message(Protocol):
@@ -121,6 +122,24 @@ class TracksRouting(Protocol):
     def aborted(self) -> None:
         """That transaction was aborted: forget what was routed in it."""
         ...
+
+
+@runtime_checkable
+class PointReadState(Protocol):
+    """A stage that reads its state key by key, never by range, over a store larger than the CPU
+    caches (the page stage: 10 random buckets of its block tables per page). Its shards are kept in
+    RocksDB's PlainTable format, hashed on each key's first ``state_key_prefix_bytes``
+    (:mod:`streams.runtime.rocks_tables` says why)."""
+
+    @property
+    def state_key_prefix_bytes(self) -> int: ...
+
+
+def shard_store(stage: Stage, path: Path, block_cache_mb: int) -> RocksStore:
+    """A shard's RocksDB store at ``path``: PlainTable for a :class:`PointReadState` stage, else
+    block-based tables with a ``block_cache_mb`` block cache."""
+    prefix_bytes = stage.state_key_prefix_bytes if isinstance(stage, PointReadState) else None
+    return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=prefix_bytes)
 
 
 class InputReader(Protocol):

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from streams.errors import StateError
+from streams.runtime import rocks_tables
+from streams.runtime.rocks_tables import TableFormat
 
 DATA_PREFIX = b"d"
 META_PREFIX = b"m"
@@ -122,6 +124,11 @@ class MemoryStore:
 class RocksStore:
     """A :class:`PartitionStore` in one RocksDB database (rocksdict), created owner-only (0700).
 
+    In block-based tables with a Bloom filter and a ``block_cache_mb`` block cache, or, given
+    ``plain_table_prefix_bytes``, in RocksDB's PlainTable format with a hash index on that many
+    leading bytes of each key (:mod:`streams.runtime.rocks_tables` says when and why). A store
+    found in the other format is converted when it is opened.
+
     The options are passed for the default column family too: given options only, rocksdict
     reopens an existing database with the column-family options it loads from the OPTIONS file,
     and those lose the Bloom filter (``filter_policy: nullptr`` in RocksDB's LOG) and the block
@@ -129,17 +136,21 @@ class RocksStore:
     an absent key from a data block (2.9 µs against 0.5 with the filter, in one measurement).
     """
 
-    def __init__(self, path: Path, block_cache_mb: int = 64) -> None:
-        from rocksdict import BlockBasedOptions, Cache, Options, Rdict
+    def __init__(self, path: Path, block_cache_mb: int = 64, *,
+                 plain_table_prefix_bytes: int | None = None) -> None:
+        from rocksdict import Rdict
 
         private_dir(path.parent)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        table = BlockBasedOptions()
-        table.set_block_cache(Cache(block_cache_mb * 1024 * 1024))
-        table.set_bloom_filter(10, False)
-        options.set_block_based_table_factory(table)
+        wanted: TableFormat = "block" if plain_table_prefix_bytes is None else "plain"
+        prefix_bytes = len(DATA_PREFIX) + (plain_table_prefix_bytes or 0)
+        rocks_tables.settle(path)
+        found = rocks_tables.format_on_disk(path)
+        if found is not None and found != wanted:
+            rocks_tables.convert(path, found, wanted, block_cache_mb=block_cache_mb,
+                                 prefix_bytes=prefix_bytes)
+        options = rocks_tables.options(wanted, block_cache_mb=block_cache_mb, prefix_bytes=prefix_bytes)
         self._path = path
+        self.table_format = wanted
         self._db = Rdict(str(path), options, column_families={"default": options})
         os.chmod(path, 0o700)
         self._check_format()
@@ -181,8 +192,11 @@ class RocksStore:
         self._db.put(META_PREFIX + name.encode(), value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in self._db.items(from_key=DATA_PREFIX):
+        """Data keys in order, read from the first key: a PlainTable store seeks only within a prefix."""
+        for key, value in self._db.items():
             assert isinstance(key, bytes) and isinstance(value, bytes)  # raw_mode
+            if key < DATA_PREFIX:
+                continue
             if not key.startswith(DATA_PREFIX):
                 break
             yield key[len(DATA_PREFIX):], value
@@ -191,6 +205,11 @@ class RocksStore:
         """SST files on disk plus memtables: what the shard costs (RocksDB's own counters, O(1))."""
         names = ("rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables")
         return {"state_bytes": float(sum(self._db.property_int_value(name) or 0 for name in names))}
+
+    def index_memory_bytes(self) -> int:
+        """Memory the open files' indexes and filters take outside the block cache (PlainTable's hash
+        indexes and Bloom filters; RocksDB's estimate)."""
+        return self._db.property_int_value("rocksdb.estimate-table-readers-mem") or 0
 
     def block_cache_bytes(self) -> int:
         """The block cache's capacity in bytes, as RocksDB reports it."""

@@ -1,0 +1,156 @@
+"""The two RocksDB table formats a shard store is kept in, and moving a store from one to the other.
+
+*Block-based* tables, RocksDB's default, hold sorted keys in compressed blocks behind a block
+cache, with a Bloom filter per file. They suit every stage and any access pattern.
+
+*PlainTable* (RocksDB wiki, "PlainTable Format") is built for point reads of data held in memory:
+keys and values lie unencoded in memory-mapped files, and a key is found through an in-memory hash
+index of its prefix and a Bloom filter, instead of an index-block search, a filter block and a
+data-block search through the block cache. The page stage reads its block tables this way, 10
+random buckets per page (:mod:`streams.pages.buckets`). With 10^7 pages stored, the same lookups
+took 21 µs in PlainTable and 36 µs in block-based tables (``bench/content_lookup.py``).
+
+PlainTable has costs:
+- no compression: about 250 bytes per page on disk at 10^7 pages, against 185;
+- the OS page cache holds the files, so ``rocksdb_block_cache_mb`` does not apply;
+- the hash index is built in memory when a file is opened: about 1 s and 85 MB per 10^6 pages;
+- a scan is defined only from the first key, which is how :meth:`RocksStore.items` reads.
+
+A store keeps the format it was created in: RocksDB cannot read one format with the other's
+options. A store found in the other format is converted (:func:`convert`): its keys are copied
+into a new store beside it, then the directories are swapped. A crash at any step leaves either
+the old store in place or the new one; :func:`settle` finishes or undoes a swap that a crash cut
+short, before the store is opened.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+TableFormat = Literal["block", "plain"]
+_FACTORY_NAMES: dict[str, TableFormat] = {"BlockBasedTable": "block", "PlainTable": "plain"}
+COPY_BATCH_KEYS = 10_000
+BLOOM_BITS_PER_KEY = 10  # about 1 % false positives: an absent key rarely touches the files
+PLAIN_HASH_TABLE_RATIO = 0.75  # RocksDB's default: index buckets per prefix, 1 / 0.75
+PLAIN_INDEX_SPARSENESS = 16  # RocksDB's default: keys sharing a prefix are binary-searched 16 apart
+
+
+def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int) -> Any:
+    """rocksdict ``Options`` for a store in ``table_format``.
+
+    ``prefix_bytes`` is how much of a raw key the PlainTable hash index hashes. Keys that share
+    their first ``prefix_bytes`` are told apart by a short search among themselves; a shorter key
+    is its own prefix. Block-based stores ignore it.
+    """
+    from rocksdict import BlockBasedOptions, Cache, Options, PlainTableFactoryOptions, SliceTransform
+
+    made = Options(raw_mode=True)
+    made.create_if_missing(True)
+    if table_format == "plain":
+        plain = PlainTableFactoryOptions()
+        plain.user_key_length = 0  # keys of any length
+        plain.bloom_bits_per_key = BLOOM_BITS_PER_KEY
+        plain.hash_table_ratio = PLAIN_HASH_TABLE_RATIO
+        plain.index_sparseness = PLAIN_INDEX_SPARSENESS
+        made.set_plain_table_factory(plain)
+        made.set_prefix_extractor(SliceTransform.create_max_len_prefix(prefix_bytes))
+        made.set_allow_mmap_reads(True)  # PlainTable reads its files through mmap
+    else:
+        table = BlockBasedOptions()
+        table.set_block_cache(Cache(block_cache_mb * 1024 * 1024))
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+        made.set_block_based_table_factory(table)
+    return made
+
+
+def format_on_disk(path: Path) -> TableFormat | None:
+    """The table format of the store at ``path``, from its newest OPTIONS file (None: no store yet)."""
+    if not path.is_dir():
+        return None
+    files = [(int(name.split("-")[1]), name) for name in os.listdir(path)
+             if name.startswith("OPTIONS-") and name.split("-")[1].isdigit()]
+    if not files:
+        return None
+    newest = path / max(files)[1]
+    for line in newest.read_text(errors="replace").splitlines():
+        name, _, value = line.strip().partition("=")
+        if name == "table_factory" and value in _FACTORY_NAMES:
+            return _FACTORY_NAMES[value]
+    return None
+
+
+def _staging(path: Path) -> Path:
+    return path.with_name(path.name + ".converting")
+
+
+def _replaced(path: Path) -> Path:
+    return path.with_name(path.name + ".replaced")
+
+
+def settle(path: Path) -> None:
+    """Finish or undo a conversion a crash interrupted, so ``path`` holds one whole store.
+
+    A ``.replaced`` store exists only between the two renames of :func:`convert`'s swap or after
+    them: with ``path`` present the new store is in place and the old one goes; without it, the
+    old one comes back (and is converted again). A ``.converting`` store is never in use.
+    """
+    replaced = _replaced(path)
+    if replaced.exists():
+        if path.exists():
+            shutil.rmtree(replaced)
+        else:
+            os.rename(replaced, path)
+    shutil.rmtree(_staging(path), ignore_errors=True)
+
+
+def convert(path: Path, found: TableFormat, wanted: TableFormat, *, block_cache_mb: int,
+            prefix_bytes: int) -> int:
+    """Rewrite the store at ``path`` from ``found`` to ``wanted`` table format; returns keys copied."""
+    log.warning("state at %s is in %s tables, this stage keeps %s tables: converting it", path, found,
+                wanted)
+    staging = _staging(path)
+    copied = _copy(path, options(found, block_cache_mb=block_cache_mb, prefix_bytes=prefix_bytes),
+                   staging, options(wanted, block_cache_mb=block_cache_mb, prefix_bytes=prefix_bytes))
+    _swap(path, staging)
+    log.warning("state at %s converted to %s tables: %d keys", path, wanted, copied)
+    return copied
+
+
+def _copy(source: Path, source_options: Any, target: Path, target_options: Any) -> int:
+    """Every raw key of the store at ``source`` (data and metadata alike) into a new store at ``target``."""
+    from rocksdict import Rdict, WriteBatch
+
+    shutil.rmtree(target, ignore_errors=True)
+    old = Rdict(str(source), source_options, column_families={"default": source_options})
+    new = Rdict(str(target), target_options, column_families={"default": target_options})
+    copied = 0
+    try:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in old.items():
+            batch.put(key, value)
+            copied += 1
+            if copied % COPY_BATCH_KEYS == 0:
+                new.write(batch)
+                batch = WriteBatch(raw_mode=True)
+        new.write(batch)
+        new.flush()
+        new.compact_range(None, None)
+    finally:
+        new.close()
+        old.close()
+    os.chmod(target, 0o700)
+    return copied
+
+
+def _swap(path: Path, staging: Path) -> None:
+    """Put the store at ``staging`` in place of the one at ``path`` (see :func:`settle` for crashes)."""
+    replaced = _replaced(path)
+    os.rename(path, replaced)
+    os.rename(staging, path)
+    shutil.rmtree(replaced)
