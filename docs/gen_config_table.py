@@ -106,7 +106,8 @@ MEANINGS = {
     ("runtime", "max_record_bytes"):
         "larger input records are dead letters (`too_large`)",
     ("runtime", "rocksdb_block_cache_mb"):
-        "RocksDB block cache of each shard store, in MiB",
+        "RocksDB block cache of each shard store, in MiB; not content-seen's, whose PlainTable "
+        "files the OS page cache holds",
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):
