@@ -283,3 +283,19 @@ def test_a_batch_that_runs_long_is_committed_in_parts(timeout_s: float, parts: s
     assert [c[0][2] for c in commits] == sorted({c[0][2] for c in commits})
     assert commits[-1] == [("in", 0, 6)]
     assert len(engine._producer.produced) == 6 and engine.counters.consumed == 6  # type: ignore[attr-defined]
+
+
+def test_a_dead_letter_a_stage_writes_itself_is_counted_by_its_reason() -> None:
+    """The page stage's page_unavailable: the verdict stands, so no exception reaches the engine."""
+    class VerdictAndLetter(EchoStage):
+        def route(self, message: Any) -> list[Emit]:
+            letter = records.dead_letter(reason="page_unavailable", detail="gone", stage="s", topic="in",
+                                         partition=0, offset=7, key=None, value=None)
+            return [Emit("verdicts", b"v"), Emit("dlq", letter)]
+
+    engine = _engine(None)
+    engine.stage = VerdictAndLetter()
+    engine._process([LineMessage("in", 0, b"{}", None, 7)])  # type: ignore[list-item]
+    assert [topic for topic, *_ in engine._producer.produced] == ["verdicts", "dlq"]  # type: ignore[attr-defined]
+    assert (engine.counters.dead_letters, engine.counters.dead_letters_by_reason) == (
+        1, {"page_unavailable": 1})

@@ -1,5 +1,6 @@
 """What a batch may produce: each output checked against its topic's size limit before any of a
-record's outputs is produced, and the dead letter that replaces a record's outputs when it is bad.
+record's outputs is produced, the dead letter that replaces a record's outputs when it is bad, and
+the count of every dead letter by reason, the engine's and a stage's own.
 
 Apart from :mod:`streams.runtime.engine` because these are rules about records, not steps of a
 transaction: the engine asks them once per record and never needs to know a topic's limit.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+import orjson
 from confluent_kafka import Message
 
 from streams import records
@@ -47,21 +49,27 @@ class Outputs:
         instead names the input record. State writes a shard record made before its output was
         refused stand (the decision was taken; only its output is missing, and the dead letter
         says so).
+
+        A dead letter among the outputs is one the stage wrote itself beside a decision that stands
+        (the page stage's ``page_unavailable``); once the outputs are accepted it is counted by its
+        reason like the engine's own.
         """
         limits, default = self._limits, self._default_limit
+        letters = None
         for emit in emits:
             size = len(emit.value or b"") + len(emit.key or b"")
             limit = limits.get(emit.topic, default)
             if size > limit:
                 raise RecordRejected("output_too_large", f"a record of {size} bytes for {emit.topic}, "
                                                          f"whose limit is {limit} bytes")
+            if emit.topic == self.dead_letter_topic:
+                letters = [*(letters or []), emit]
+        for letter in letters or ():
+            self._count(_reason(letter.value or b""))
 
     def dead_letter(self, message: Message, reason: str, detail: str) -> Emit:
         """The dead letter of ``message``: the reason, its original bytes, where it was read."""
-        counters = self._counters
-        counters.dead_letters += 1
-        by_reason = counters.dead_letters_by_reason
-        by_reason[reason] = by_reason.get(reason, 0) + 1
+        self._count(reason)
         value = records.dead_letter(
             reason=reason, detail=detail, stage=self._stage_name, topic=message.topic() or "",
             partition=message.partition() or 0, offset=message.offset() or 0,
@@ -69,3 +77,16 @@ class Outputs:
             max_value_bytes=self._dead_letter_max_value_bytes,
         )
         return Emit(self.dead_letter_topic, value, message.key())
+
+    def _count(self, reason: str) -> None:
+        counters = self._counters
+        counters.dead_letters += 1
+        by_reason = counters.dead_letters_by_reason
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+
+
+def _reason(letter: bytes) -> str:
+    """The ``reason`` of a dead letter :func:`streams.records.dead_letter` wrote."""
+    decoded = orjson.loads(letter)
+    reason = decoded.get("reason") if isinstance(decoded, dict) else None
+    return reason if isinstance(reason, str) else "unknown"
