@@ -1,5 +1,6 @@
 # make            the virtual environment (.venv) and the Kafka jars (.kafka/lib)
-# make test       lint, type check and the test suite (starts and stops its own broker)
+# make test       lint, type check, the unit tests uncompiled, and the test suite (starts and stops
+#                 its own broker)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
 # make reliability  the long crash, rebalance and hostile-input suite (not part of make test)
 # make bench      benchmarks; results under bench/results/ (not part of make test)
@@ -12,7 +13,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := .kafka/lib/.complete
 
-.PHONY: all venv jars test lint unit reliability bench bench-runtime bench-url bench-content bench-revisit demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit unit-pure reliability bench bench-runtime bench-url bench-content bench-revisit demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -46,7 +47,19 @@ lint: venv
 unit: venv
 	$(PY) -m pytest -m "not kafka" -q
 
-test: venv jars lint
+# The unit tests again on the sources uncompiled, as a CRAWL_DEDUP_PURE_PYTHON=1 build runs them: the
+# tracked files are copied to a temporary directory without the extensions, and pytest puts that
+# copy's streams package first on the path (pyproject.toml: pythonpath). Its empty manifest of
+# compiled modules keeps the editable install's finder from supplying this tree's.
+unit-pure: venv
+	@set -e; copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
+	git ls-files -z | xargs -0 cp --parents -t "$$copy"; \
+	printf 'SOURCES: dict[str, str] = {}\n' > "$$copy/streams/_compiled.py"; \
+	cd "$$copy"; \
+	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
+	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
+
+test: venv jars lint unit-pure
 	$(PY) -m pytest -m "not slow" -q
 
 # The long reliability suite (issue 7): the slow-marked tests, not part of make test.
