@@ -54,18 +54,19 @@ class Outputs:
         (the page stage's ``page_unavailable``); once the outputs are accepted it is counted by its
         reason like the engine's own.
         """
-        limits, default = self._limits, self._default_limit
-        letters = None
+        limits, default, dead_letter_topic = self._limits, self._default_limit, self.dead_letter_topic
+        letters: list[Emit] | None = None
         for emit in emits:
             size = len(emit.value or b"") + len(emit.key or b"")
             limit = limits.get(emit.topic, default)
             if size > limit:
                 raise RecordRejected("output_too_large", f"a record of {size} bytes for {emit.topic}, "
                                                          f"whose limit is {limit} bytes")
-            if emit.topic == self.dead_letter_topic:
-                letters = [*(letters or []), emit]
-        for letter in letters or ():
-            self._count(_reason(letter.value or b""))
+            if emit.topic == dead_letter_topic:
+                letters = [emit] if letters is None else [*letters, emit]
+        if letters is not None:
+            for letter in letters:
+                self._count(_reason(letter.value or b""))
 
     def dead_letter(self, message: Message, reason: str, detail: str) -> Emit:
         """The dead letter of ``message``: the reason, its original bytes, where it was read."""
