@@ -7,8 +7,9 @@ cache, with a Bloom filter per file. They suit every stage and any access patter
 keys and values lie unencoded in memory-mapped files, and a key is found through an in-memory hash
 index of its prefix and a Bloom filter, instead of an index-block search, a filter block and a
 data-block search through the block cache. The page stage reads its block tables this way, 10
-random buckets per page (:mod:`streams.pages.buckets`). With 10^7 pages stored, the same lookups
-took 21 µs in PlainTable and 36 µs in block-based tables (``bench/content_lookup.py``).
+random buckets per page (:mod:`streams.pages.buckets`). With 10^7 pages stored, a lookup took
+23 µs in PlainTable against 36 µs in block-based tables holding the whole store in a 4 GB block
+cache, timed in the same rounds (``bench/content_lookup.py``; docs/decisions/0003).
 
 PlainTable has costs:
 - no compression: about 250 bytes per page on disk at 10^7 pages, against 185;
