@@ -26,6 +26,7 @@ short, before the store is opened.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import shutil
@@ -68,6 +69,21 @@ def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
         made.set_block_based_table_factory(table)
     return made
+
+
+def release_freed_heap() -> None:
+    """Hand the heap that opening PlainTable files freed back to the OS (glibc's ``malloc_trim``).
+
+    Building a file's hash index allocates temporaries that glibc keeps after they are freed: one
+    store of 10^6 pages left the process 287 MB of anonymous memory after opening, 113 MB after
+    this call (92 MB of it the indexes and filters RocksDB reports); one of 10^7 pages, 2.1 GB and
+    950 MB (853 MB). Without glibc, nothing to do.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return
+    trim(0)
 
 
 def format_on_disk(path: Path) -> TableFormat | None:

@@ -152,6 +152,8 @@ class RocksStore:
         self._path = path
         self.table_format = wanted
         self._db = Rdict(str(path), options, column_families={"default": options})
+        if wanted == "plain":
+            rocks_tables.release_freed_heap()
         os.chmod(path, 0o700)
         self._check_format()
 
