@@ -15,6 +15,7 @@ import pytest
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, StateError
 from streams.runtime.batch import BatchState, Emit
+from streams.runtime.counters import Counters
 from streams.runtime.engine import Engine
 from streams.runtime.inflow import InputFlow
 from streams.runtime.kafka_io import KafkaConfig
@@ -166,7 +167,7 @@ def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them(engine
     a batch's input records are routed in the next batch, and its offsets count only what it routed."""
     stage = PreparingStage()
     engine.stage = stage  # type: ignore[assignment]
-    engine._inflow = InputFlow(stage, StubConsumer(), "shards")  # type: ignore[arg-type]
+    engine._inflow = InputFlow(stage, StubConsumer(), "shards", engine.counters)  # type: ignore[arg-type]
     first = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("shards", 7, b"v", b"b", 0),
              LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 8, b"v", b"d", 0)]
     second = [LineMessage("shards", 9, b"v", b"e", 0)]
@@ -196,11 +197,12 @@ class RoomyStage(PreparingStage):
 def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None:
     """Deferred: each partition rewound to its first deferred record and paused until the stage is
     ready; the records taken are held for the next batch."""
-    stage, consumer = RoomyStage(room=1), StubConsumer()
-    flow = InputFlow(stage, consumer, "shards")  # type: ignore[arg-type]
+    stage, consumer, counters = RoomyStage(room=1), StubConsumer(), Counters()
+    flow = InputFlow(stage, consumer, "shards", counters)  # type: ignore[arg-type]
     batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("in", 5, b'{"k": "b"}', None, 1),
              LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 7, b"v", b"d", 0)]
     assert flow.arrange(batch) == [batch[3]] and flow.holding  # type: ignore[arg-type]
+    assert counters.deferred_records == 2
     assert consumer.calls == [("pause", [("in", 0), ("in", 1)]),
                               ("seek", ("in", 1, 5)), ("seek", ("in", 0, 2))]
     flow.resume_if_ready()
@@ -213,7 +215,7 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
 
 def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
     consumer = StubConsumer()
-    flow = InputFlow(RoomyStage(room=9), consumer, "shards")  # type: ignore[arg-type]
+    flow = InputFlow(RoomyStage(room=9), consumer, "shards", Counters())  # type: ignore[arg-type]
     held = [LineMessage("in", 4, b"{}", None, 0), LineMessage("in", 6, b"{}", None, 1)]
     flow.arrange(held)  # type: ignore[arg-type]
     flow.revoked({("in", 1)})

@@ -121,7 +121,7 @@ class Engine:
             max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._inflow = None if not isinstance(stage, Preparing) else InputFlow(
-            stage, self._consumer, stage.state_topic)
+            stage, self._consumer, stage.state_topic, self.counters)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -292,11 +292,7 @@ class Engine:
     def _prepare(self, batch: list[Message]) -> list[Message]:
         """The records to process: for a preparing stage, its shard records, then the input records
         it prepared in the last batch (:mod:`streams.runtime.inflow`)."""
-        if self._inflow is None:
-            return batch
-        arranged = self._inflow.arrange(batch)
-        self.counters.deferred_records = self._inflow.deferred_records
-        return arranged
+        return batch if self._inflow is None else self._inflow.arrange(batch)
 
     def _process(self, batch: list[Message]) -> dict[int, BatchState]:
         """Step 2 for a whole batch (the unit tests drive it directly)."""

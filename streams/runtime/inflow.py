@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from streams.runtime.counters import Counters
 from streams.runtime.stage import Preparing
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,13 @@ def first_offsets(messages: Iterable[Message]) -> dict[Partition, int]:
 class InputFlow:
     """The input records of a :class:`~streams.runtime.stage.Preparing` stage, batch to batch."""
 
-    def __init__(self, stage: Preparing, consumer: Consumer, state_topic: str) -> None:
+    def __init__(self, stage: Preparing, consumer: Consumer, state_topic: str, counters: Counters) -> None:
         self._stage = stage
         self._consumer = consumer
         self._state_topic = state_topic
+        self._counters = counters  # the worker's: deferred records are counted there
         self._held: list[Message] = []  # prepared in the last batch, routed in the next
         self._paused: set[Partition] = set()  # deferred until the stage is ready for input
-        self.deferred_records = 0  # running total, for the metrics
 
     @property
     def holding(self) -> bool:
@@ -78,7 +79,7 @@ class InputFlow:
         for position in positions:
             self._consumer.seek(position)
         self._paused.update(first)
-        self.deferred_records += len(deferred)
+        self._counters.deferred_records += len(deferred)
         log.info("no room for %d input records: %d partitions paused", len(deferred), len(positions))
 
     def resume_if_ready(self) -> None:
