@@ -71,6 +71,20 @@ def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int
     return made
 
 
+def open_db(path: Path, db_options: Any) -> Any:
+    """The rocksdict ``Rdict`` at ``path``, with ``db_options`` for its default column family too.
+
+    Given options only, rocksdict reopens an existing database with the column-family options it
+    loads from the OPTIONS file, and those lose the Bloom filter (``filter_policy: nullptr`` in
+    RocksDB's LOG) and the block cache (rocksdict's 8 MB default). Every reopened store, so every
+    restarted worker, then read an absent key from a data block (2.9 µs against 0.5 with the
+    filter, in one measurement).
+    """
+    from rocksdict import Rdict
+
+    return Rdict(str(path), db_options, column_families={"default": db_options})
+
+
 def release_freed_heap() -> None:
     """Hand the heap that opening PlainTable files freed back to the OS (glibc's ``malloc_trim``).
 
@@ -141,11 +155,10 @@ def convert(path: Path, found: TableFormat, wanted: TableFormat, *, block_cache_
 
 def _copy(source: Path, source_options: Any, target: Path, target_options: Any) -> int:
     """Every raw key of the store at ``source`` (data and metadata alike) into a new store at ``target``."""
-    from rocksdict import Rdict, WriteBatch
+    from rocksdict import WriteBatch
 
     shutil.rmtree(target, ignore_errors=True)
-    old = Rdict(str(source), source_options, column_families={"default": source_options})
-    new = Rdict(str(target), target_options, column_families={"default": target_options})
+    old, new = open_db(source, source_options), open_db(target, target_options)
     copied = 0
     try:
         batch = WriteBatch(raw_mode=True)
