@@ -5,7 +5,7 @@
 
 A lookup is what the content_seen stage's probes do for one page, table after table: one point
 read of the bucket, and the record of each slot within the Hamming threshold, to find the best
-earlier page (:func:`streams.pages.buckets.best_match`). Here all tables sit in one store (the
+earlier page (:func:`streams.pages.buckets.meet`). Here all tables sit in one store (the
 stage spreads them over shards; a shard's read costs the same). Half of the queries are near
 copies of stored fingerprints (1 to k bits flipped, every one must be found), half random ones.
 
@@ -187,7 +187,7 @@ def lookup(store: RocksStore, design: BlockDesign, probes: list[tuple[int, bool]
         for key in design.keys(fingerprint):
             bucket = buckets.decode_bucket(store.get(b"t" + key))
             candidates += len(bucket)
-            best = best or buckets.best_match(bucket, page, k, read)
+            best = best or buckets.meet(bucket, page, k, read).best
         found += planted and best is not None
     seconds = time.perf_counter() - began
     return {"lookups": len(probes), "us_per_lookup": round(seconds / len(probes) * 1e6, 1),

@@ -13,7 +13,7 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
    the page's head and where its input record is, plus that record itself when another worker
    owns the gather shard) and one *probe* per block table to the shard owning that table key.
 2. *probe* (the table key's shard): find the best earlier page within the Hamming threshold
-   through the bucket (:func:`streams.pages.buckets.best_match`), insert the page, and send a
+   through the bucket (:func:`streams.pages.buckets.meet`), insert the page, and send a
    *reply* to the gather shard.
 3. *page* and *reply* (the gather shard): keep the page's head until all its replies are in (the
    page record was committed before any probe was answered, so it always arrives first), then
@@ -47,30 +47,27 @@ import orjson
 
 from streams import records
 from streams.errors import ConfigError, RecordRejected, StateError
-from streams.pages import buckets
+from streams.pages import buckets, gather
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.buckets import Match, Page, Record
 from streams.pages.decode import Skipped
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
+from streams.pages.horizon import RoutingView
 from streams.pages.intake import Intake
 from streams.pages.waiting import (
     PageCache,
     Source,
-    better,
     decode_head,
-    decode_match,
-    decode_progress,
     encode_head,
     encode_match,
-    encode_progress,
     old_form_record,
     source_of,
 )
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import InputReader, Message
+from streams.runtime.stage import InputPositions, InputReader, Message
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls.canonical import CanonicalSettings
@@ -78,8 +75,12 @@ from streams.urls.canonical import CanonicalSettings
 STAGE = "content-seen"
 DESIGN_KEY = b"meta:block_design"
 LAYOUT_KEY = b"meta:state_layout"
-PAGE, PROBE, REPLY = b"P", b"Q", b"R"
+PAGE, PROBE, REPLY, NOTICE = b"P", b"Q", b"R", b"N"
+MARK, PROGRESS, DRAIN = b"M", b"G", b"D"  # routing marks, a shard's progress, "go on deciding"
+ROUTING_KEY = b"meta:routing"  # what routing marks told this shard (RoutingView)
+DECISIONS_PER_RECORD = 256  # pages a progress or drain record decides at most (the rest: a drain record)
 _PROBE_HEAD = struct.Struct(">16sQ16s")
+_SHARD = struct.Struct(">H")
 # PlainTable's hash index hashes this much of each state key: ``t`` and a whole bucket key of the
 # default design (table byte and 4 bytes of blocks), ``s`` and 5 bytes of a record's SimHash.
 STATE_KEY_PREFIX_BYTES = 6
@@ -123,6 +124,7 @@ class ContentSeenStage:
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     name: str = STAGE
     decisions: Counter[str] = field(default_factory=Counter)  # unique / exact / near / skipped
+    races: Counter[str] = field(default_factory=Counter)  # notices taken, and late (page decided)
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
@@ -138,6 +140,7 @@ class ContentSeenStage:
         self._owned: Mapping[int, PartitionStore] = {}
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
+        self._marked: set[int] = set()  # shards that took routing marks in this part of a batch
 
     @property
     def state_key_prefix_bytes(self) -> int:
@@ -161,6 +164,28 @@ class ContentSeenStage:
     def attach_input_reader(self, reader: InputReader) -> None:
         """How a unique page's input record is read back when this worker no longer holds it."""
         self._reader = reader
+
+    def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
+        """Last in each transaction: this worker's routing marks to every shard (when its input
+        positions moved), then the progress of each shard that took marks to every gather shard
+        (:mod:`streams.pages.horizon`)."""
+        emits = []
+        if inputs is not None and self._shard_count:
+            mark = MARK + self._routing_view(inputs).encode()
+            emits += [Emit(self.state_topic, mark, b"mark", shard) for shard in range(self._shard_count)]
+        for shard in sorted(self._marked):
+            state = states.get(shard)
+            if state is not None:
+                told = PROGRESS + _SHARD.pack(shard) + (state.get(ROUTING_KEY) or b"")
+                emits += [Emit(self.state_topic, told, b"progress", to) for to in range(self._shard_count)]
+        self._marked.clear()
+        return emits
+
+    def _routing_view(self, inputs: InputPositions) -> RoutingView:
+        index = {topic: number for number, topic in enumerate(self.route_topics)}
+        return RoutingView({index[t]: n for t, n in inputs.partitions.items() if t in index},
+                           {(index[t], p): o for (t, p), o in inputs.routed.items() if t in index},
+                           {(index[t], p): o for (t, p), o in inputs.log_ends.items() if t in index})
 
     # -- shards --------------------------------------------------------------------------------
 
@@ -232,7 +257,8 @@ class ContentSeenStage:
         key, value = message.key(), message.value() or b""
         if key is None or not value:
             raise RecordRejected("invalid_shard_record", "shard record without a key or value")
-        self._check_design(message.partition() or 0, state)
+        shard = message.partition() or 0
+        self._check_design(shard, state)
         kind, body = value[:1], value[1:]
         if kind == PROBE:
             return self._probe(key, body, state)
@@ -241,11 +267,20 @@ class ContentSeenStage:
             return []
         if kind == REPLY:
             return self._reply(key, body, state)
+        if kind == NOTICE:
+            self.races["notices" if gather.notice(state, key, body) else "late_notices"] += 1
+            return []
+        if kind == MARK:
+            self._mark(shard, body, state)
+            return []
+        if kind in (PROGRESS, DRAIN):
+            return self._progress(shard, body if kind == PROGRESS else None, state)
         raise RecordRejected("invalid_shard_record", f"unknown shard record kind {kind!r}")
 
     def _probe(self, table_key: bytes, body: bytes, state: BatchState) -> list[Emit]:
         """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
-        into the bucket (records first, so a full bucket can rank the new slot by its earliest page)."""
+        into the bucket (records first, so a full bucket can rank the new slot by its earliest page).
+        The reply goes to the page; a notice to each later page met (it was probed first)."""
         order, simhash, digest = _PROBE_HEAD.unpack_from(body)
         page = Page(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"))
         records: dict[int, Record] = {}
@@ -257,7 +292,7 @@ class ContentSeenStage:
 
         limit = self.settings.max_bucket_entries
         bucket = buckets.decode_bucket(state.get(b"t" + table_key))
-        match = buckets.best_match(bucket, page, self.settings.hamming_threshold, read)
+        met = buckets.meet(bucket, page, self.settings.hamming_threshold, read)
         grown = buckets.with_page(read(simhash), page, limit)
         if grown is not None:
             records[simhash] = grown
@@ -265,35 +300,57 @@ class ContentSeenStage:
         slots = buckets.with_slot(bucket, simhash, limit, read)
         if slots is not None:
             state.set(b"t" + table_key, buckets.encode_bucket(slots))
-        return [Emit(self.state_topic, REPLY + encode_match(match), order)]
+        emits = [Emit(self.state_topic, REPLY + encode_match(met.best), order)]
+        emits += [Emit(self.state_topic, NOTICE + encode_match(match), later) for later, match in met.later]
+        return emits
 
     def _wait(self, order: bytes, body: bytes, state: BatchState) -> None:
-        """A page waits for its replies: its head as state, the input record sent along in memory."""
+        """A page waits for its replies (and, through Kafka, its horizon): its head as state, the
+        input record sent along kept in memory."""
         head = decode_head(body)
         source = source_of(head)
-        if source is None:  # a page record of an earlier version: the page itself waits, as it did
-            state.set(b"p" + order, body)
-        else:
-            raw_head, newline, carried = body.partition(b"\n")
+        stored = body
+        if source is not None:  # else a page record of an earlier version: the page itself waits
+            stored, newline, carried = body.partition(b"\n")
             if newline:
                 self._pages.put(source, carried)
-            state.set(b"p" + order, raw_head)
-        state.set(b"a" + order, encode_progress(0, head["tables"], None))
+        if source is None or not self._shard_count:  # offline: decided on its last reply
+            gather.arrive(state, order, stored, head["tables"], None, 0)
+        else:
+            place = (self.route_topics.index(source.topic), source.partition)
+            gather.arrive(state, order, stored, head["tables"], place, source.offset)
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
         """Count a reply; the waiting page is read (it may be large) only once all are in."""
-        progress = state.get(b"a" + order)
-        waiting = state.get(b"p" + order) if progress is not None else None
-        if progress is None or waiting is None:
-            raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-        count, tables, best = decode_progress(progress)
-        count, best = count + 1, better(best, decode_match(body))
-        if count < tables:
-            state.set(b"a" + order, encode_progress(count, tables, best))
-            return []
-        state.delete(b"p" + order)
-        state.delete(b"a" + order)
-        return self._decide(decode_head(waiting), waiting, best)
+        replied = gather.reply(state, order, body)
+        if isinstance(replied, gather.Ready):
+            return self._decide(replied.head, replied.stored, replied.best)
+        if replied:  # all replies in, it waits for its horizon only: its record may leave memory first
+            head = decode_head(state.get(b"p" + order) or b"{}")
+            source = source_of(head)
+            if source is not None:
+                self._pages.park(source)
+        return []
+
+    def _mark(self, shard: int, body: bytes, state: BatchState) -> None:
+        """A worker routed its input this far: kept, and told to the gather shards at the end of
+        the batch (:meth:`end_of_part`), after the replies and notices of the probes it vouches for."""
+        view = RoutingView.decode(state.get(ROUTING_KEY))
+        if view.merge(RoutingView.decode(body)):
+            state.set(ROUTING_KEY, view.encode())
+            self._marked.add(shard)
+
+    def _progress(self, shard: int, body: bytes | None, state: BatchState) -> list[Emit]:
+        """A shard's progress, or a drain record (``body`` None): decide the front of the queue as
+        far as its horizons are covered, and ask for more with a drain record past the limit."""
+        progress = None
+        if body is not None:
+            progress = (_SHARD.unpack_from(body)[0], RoutingView.decode(body[_SHARD.size:]))
+        found, drain = gather.ready(state, self._shard_count, DECISIONS_PER_RECORD, progress)
+        emits = [emit for page in found for emit in self._decide(page.head, page.stored, page.best)]
+        if drain:
+            emits.append(Emit(self.state_topic, DRAIN, b"drain", shard))
+        return emits
 
     def _decide(self, head: dict[str, Any], waiting: bytes, best: Match | None) -> list[Emit]:
         url, simhash, digest = head["url"], head["simhash"], head["digest"]

@@ -1,4 +1,5 @@
-"""Block-table buckets and SimHash records: encodings, the probe rule (earlier only), the insert rules."""
+"""Block-table buckets and SimHash records: encodings, the probe rule (the best earlier page, and the later
+pages to tell), the insert rules."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def reader(*pages: Page) -> buckets.RecordReader:
 
 def probe(stored: list[Page], query: Page) -> Match | None:
     bucket = sorted({p.simhash for p in stored})
-    return buckets.best_match(bucket, query, 3, reader(*stored))
+    return buckets.meet(bucket, query, 3, reader(*stored)).best
 
 
 simhashes = st.integers(min_value=0, max_value=2**64 - 1)
@@ -102,13 +103,34 @@ def test_only_records_of_slots_within_the_threshold_are_read() -> None:
         read.append(simhash)
         return stored(simhash)
 
-    buckets.best_match([0b1110, 0b1111 ^ 0xFFFF << 16], PAGE, 3, tracking)
+    buckets.meet([0b1110, 0b1111 ^ 0xFFFF << 16], PAGE, 3, tracking)
     assert read == [0b1110]
 
 
 def test_a_slot_without_its_record_is_an_error() -> None:
     with pytest.raises(StateError, match="no record"):
-        buckets.best_match([0b1111], PAGE, 3, reader())
+        buckets.meet([0b1111], PAGE, 3, reader())
+
+
+def test_later_pages_met_are_told_with_the_probing_page_as_their_match() -> None:
+    near_later = page(20, 0b1110, "https://near-later.example/")
+    exact_later = page(30, 0b1111, "https://exact-later.example/", PAGE.text_digest)
+    far_later = page(40, 0b1111 ^ 0xFFFF << 16, "https://far-later.example/")
+    earlier = page(1, 0b1111, "https://earlier.example/")
+    stored = [near_later, exact_later, far_later, earlier]
+    met = buckets.meet(sorted({p.simhash for p in stored}), PAGE, 3, reader(*stored))
+    assert met.best == Match(earlier.order, earlier.url, 0, False)
+    assert sorted(met.later) == sorted([
+        (near_later.order, Match(PAGE.order, PAGE.url, 1, False)),
+        (exact_later.order, Match(PAGE.order, PAGE.url, 0, True))])
+
+
+def test_an_earlier_page_settles_the_later_exact_copies_stored_before_it() -> None:
+    """The record ends as it would have had the pages arrived in order: the earliest stands for them."""
+    copy = page(7, 1, "https://copy.example/", b"a" * 16)
+    other = page(8, 1, "https://other.example/", b"o" * 16)
+    original = page(2, 1, "https://original.example/", b"a" * 16)
+    assert buckets.with_page([copy, other], original, max_entries=4) == [original, other]
 
 
 def test_record_insert_keeps_order_and_skips_replays_and_exact_copies() -> None:
@@ -147,9 +169,10 @@ def test_full_bucket_keeps_the_slots_of_its_earliest_pages() -> None:
 
 @given(simhashes, st.integers(0, 2**64 - 1), st.integers(0, 100), st.integers(1, 100), st.booleans(),
        st.booleans())
-def test_racing_near_copies_never_both_lose(simhash_a: int, flip: int, time_a: int, gap: int,
-                                            b_probes_first: bool, same_text: bool) -> None:
-    """Whichever order two copies reach a bucket in, the earlier one is never called a duplicate."""
+def test_racing_near_copies_meet_whichever_probes_first(simhash_a: int, flip: int, time_a: int, gap: int,
+                                                        b_probes_first: bool, same_text: bool) -> None:
+    """Whichever order two copies reach a bucket in, the earlier one is never called a duplicate, and
+    the later one learns of the earlier: from its own probe, or told by the earlier one's."""
     digest_b = b"a" * 16 if same_text else b"b" * 16
     a = page(time_a, simhash_a, "https://a.example/", b"a" * 16)
     b = page(time_a + gap, simhash_a ^ (flip & 0b111) if not same_text else simhash_a, "https://b.example/",
@@ -157,15 +180,18 @@ def test_racing_near_copies_never_both_lose(simhash_a: int, flip: int, time_a: i
     first, second = (b, a) if b_probes_first else (a, b)
     bucket: list[int] = []
     records: dict[int, Record] = {}
-    verdicts = {}
+    found: dict[str, list[Match]] = {"https://a.example/": [], "https://b.example/": []}
+    urls = {a.order: a.url, b.order: b.url}
     for probing in (first, second):
         def read(simhash: int) -> Record:
             return records.get(simhash, [])
-        verdicts[probing.url] = buckets.best_match(bucket, probing, 3, read)
+        met = buckets.meet(bucket, probing, 3, read)
+        found[probing.url] += [met.best] if met.best is not None else []
+        for later, match in met.later:
+            found[urls[later]].append(match)
         grown = buckets.with_page(read(probing.simhash), probing, 8)
         if grown is not None:
             records[probing.simhash] = grown
         bucket = buckets.with_slot(bucket, probing.simhash, 8, read) or bucket
-    assert verdicts["https://a.example/"] is None
-    if not b_probes_first:
-        assert verdicts["https://b.example/"] is not None
+    assert found["https://a.example/"] == []
+    assert [match.url for match in found["https://b.example/"]] == ["https://a.example/"]

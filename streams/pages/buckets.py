@@ -16,10 +16,11 @@ slot for the benchmark's 32-byte URLs against 8, so at 10^7 pages the tables out
 reasonable block cache and a lookup's reads went to disk (``bench/content_lookup.py``).
 
 Pages carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
-all big-endian) so that "earlier" means the same thing on every partition. A probe only reports
-*earlier* pages; when two near-duplicates race through different partitions, each may see the
-other in some bucket, but only the later one can call the other its original, so the earliest
-page of a cluster always stays unique (issue 4: never drop every member of a cluster).
+all big-endian) so that "earlier" means the same thing on every partition. A probe reports the
+best *earlier* page to its own page, and the probing page to every *later* page it meets (a page
+probed before an earlier one: the later page waits for such news, :mod:`streams.pages.horizon`).
+Only the later page of a pair is ever called the other's copy, so the earliest page of a cluster
+always stays unique and no cluster loses all its members.
 """
 
 from __future__ import annotations
@@ -111,14 +112,25 @@ def encode_record(pages: Record) -> bytes:
     return b"".join(page.encode() for page in pages)
 
 
-def best_match(bucket: list[int], page: Page, hamming_threshold: int, read: RecordReader) -> Match | None:
-    """The best *earlier* stored page within ``hamming_threshold`` bits of ``page``, if any.
+@dataclass(frozen=True, slots=True)
+class Meeting:
+    """What a probe met in a bucket: the best earlier page for the probing page, and the later pages
+    it must tell about itself (each with the probing page as their match)."""
+
+    best: Match | None
+    later: list[tuple[bytes, Match]]
+
+
+def meet(bucket: list[int], page: Page, hamming_threshold: int, read: RecordReader) -> Meeting:
+    """The stored pages within ``hamming_threshold`` bits of ``page``: the best earlier one, and
+    every later one (a page probed before ``page`` although ``page`` is earlier).
 
     Only the records of slots within the threshold are read. An earlier fetch of the same URL
     counts like any other page: an unchanged refetch is reported as a copy of its own earlier
     fetch, so its content is not passed on as new a second time.
     """
     best: Match | None = None
+    later: list[tuple[bytes, Match]] = []
     for simhash in bucket:
         distance = (simhash ^ page.simhash).bit_count()
         if distance > hamming_threshold:
@@ -127,12 +139,14 @@ def best_match(bucket: list[int], page: Page, hamming_threshold: int, read: Reco
         if not stored:
             raise StateError(f"slot {simhash:016x} has no record")
         for other in stored:
-            if other.order >= page.order:
-                break  # earliest first: the rest are later too
-            found = Match(other.order, other.url, distance, other.text_digest == page.text_digest)
-            if best is None or found.rank() < best.rank():
-                best = found
-    return best
+            exact = other.text_digest == page.text_digest
+            if other.order > page.order:
+                later.append((other.order, Match(page.order, page.url, distance, exact)))
+            elif other.order < page.order:
+                found = Match(other.order, other.url, distance, exact)
+                if best is None or found.rank() < best.rank():
+                    best = found
+    return Meeting(best, later)
 
 
 def with_page(record: Record, page: Page, max_entries: int) -> Record | None:
@@ -140,8 +154,10 @@ def with_page(record: Record, page: Page, max_entries: int) -> Record | None:
 
     Not inserted: a page already there (a replayed probe, or another table's probe in this shard),
     and an exact copy of an earlier page (same text digest: that page already stands for it, so
-    mass-copied pages do not fill records). A record over ``max_entries`` keeps its earliest pages:
-    those are the originals later pages should find.
+    mass-copied pages do not fill records). Exact copies of ``page`` stored before it although
+    later (they arrived first) are settled the same way: ``page`` stands for them from now on, so
+    the record ends as it would have had the pages arrived in order. A record over ``max_entries``
+    keeps its earliest pages: those are the originals later pages should find.
     """
     for other in record:
         if other.order == page.order:

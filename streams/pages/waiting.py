@@ -106,38 +106,70 @@ def decode_progress(raw: bytes) -> tuple[int, int, Match | None]:
 
 
 class PageCache:
-    """Input values of pages in flight, by source, at most ``max_bytes`` of them (oldest out first).
+    """Input values of pages in flight, by source, at most ``max_bytes`` of them.
 
     A cache, never the only copy: what it lacks is read back from the input topic. Values are the
     records' own bytes, shared with nothing else, so a page costs its size once.
+
+    A page whose replies are all in only waits for its horizon, and that wait ends only once more
+    input has been routed (:mod:`streams.pages.horizon`). Its value is *parked*: not counted as in
+    flight, so the worker's intake (:mod:`streams.pages.intake`, which pauses on what is in flight)
+    never waits for it, and the first to go when the cache is full, newest first: the queue decides
+    the oldest first, so those are read soonest.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._values: dict[Source, bytes] = {}
+        self._values: dict[Source, bytes] = {}  # in flight, oldest first
+        self._parked: dict[Source, bytes] = {}  # waiting for their horizon, oldest first
         self._bytes = 0
+        self._parked_bytes = 0
 
     def __len__(self) -> int:
+        """Pages in flight (parked ones not counted)."""
         return len(self._values)
 
     @property
     def size_bytes(self) -> int:
+        """Bytes of the pages in flight (parked ones not counted)."""
         return self._bytes
 
+    @property
+    def parked_bytes(self) -> int:
+        return self._parked_bytes
+
     def put(self, source: Source, value: bytes) -> None:
-        if source in self._values:
+        if source in self._values or source in self._parked:
             return
         self._values[source] = value
         self._bytes += len(value)
+        self._evict()
+
+    def park(self, source: Source) -> None:
+        value = self._values.pop(source, None)
+        if value is not None:
+            self._bytes -= len(value)
+            self._parked[source] = value
+            self._parked_bytes += len(value)
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._bytes + self._parked_bytes > self.max_bytes and self._parked:
+            self._parked_bytes -= len(self._parked.pop(next(reversed(self._parked))))
         while self._bytes > self.max_bytes and self._values:
             self._bytes -= len(self._values.pop(next(iter(self._values))))
 
     def clear(self) -> None:
         self._values.clear()
-        self._bytes = 0
+        self._parked.clear()
+        self._bytes = self._parked_bytes = 0
 
     def pop(self, source: Source) -> bytes | None:
         value = self._values.pop(source, None)
         if value is not None:
             self._bytes -= len(value)
+            return value
+        value = self._parked.pop(source, None)
+        if value is not None:
+            self._parked_bytes -= len(value)
         return value

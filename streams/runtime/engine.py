@@ -42,8 +42,17 @@ from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.outputs import Outputs
+from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
-from streams.runtime.stage import Preparing, RereadsInputs, ShardAware, Stage, TracksRouting, shard_store
+from streams.runtime.stage import (
+    Preparing,
+    ReportsProgress,
+    RereadsInputs,
+    ShardAware,
+    Stage,
+    TracksRouting,
+    shard_store,
+)
 from streams.runtime.store import PartitionStore
 from streams.runtime.watchdog import Watchdog
 
@@ -98,6 +107,7 @@ class Engine:
         if isinstance(stage, RereadsInputs):
             self._input_reader = RecordReader(kafka)
             stage.attach_input_reader(self._input_reader)
+        self._reporter = stage if isinstance(stage, ReportsProgress) else None
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
@@ -120,6 +130,8 @@ class Engine:
             f"{group}.{settings.worker_id}", settings.transaction_timeout_s,
             max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
+        self._inputs = None if self._reporter is None else InputTracker(
+            self._consumer, stage.state_topic, settings.transaction_timeout_s)
         self._inflow = None if not isinstance(stage, Preparing) else InputFlow(
             stage, self._consumer, stage.state_topic, self.counters)
 
@@ -157,6 +169,8 @@ class Engine:
                     self._last_activity = time.monotonic()
                     if observer is not None:
                         observer.batch_done(self)
+                elif self._report_moved_positions():
+                    continue
                 elif self._idle(idle_exit_s):
                     break
         except BaseException:
@@ -206,6 +220,8 @@ class Engine:
         for partition, store in opened.items():
             self.stage.open_shard(partition, store)
         self._stores.update(opened)
+        if self._inputs is not None:
+            self._inputs.assigned(partitions)
         self.assignment = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self._assigned = True
         self._last_activity = time.monotonic()
@@ -219,6 +235,8 @@ class Engine:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = tuple(item for item in self.assignment if item not in revoked)
+        if self._inputs is not None:
+            self._inputs.revoked(revoked)
         if self._inflow is not None:
             self._inflow.revoked(revoked)
         shards = [tp.partition for tp in partitions if tp.topic == self.stage.state_topic]
@@ -228,6 +246,25 @@ class Engine:
             store = self._stores.pop(shard, None)
             if store is not None:
                 store.close()
+
+    def _report_moved_positions(self) -> bool:
+        """With no input to process: report input positions that moved (a new assignment) in a
+        transaction of their own. Whether one was committed."""
+        if self._reporter is None or self._inputs is None:
+            return False
+        positions = self._inputs.after([])
+        if positions is None:
+            return False
+        self._producer.begin_transaction()
+        try:
+            self._produce(self._reporter.end_of_part(positions, {}))
+            with self._watchdog.guard("commit_transaction", self.settings.transaction_timeout_s):
+                self._producer.commit_transaction(self.settings.transaction_timeout_s)
+        except KafkaException as error:
+            self._abort([], error)
+            return False
+        self._inputs.committed(positions)
+        return True
 
     # -- the four steps of a batch -------------------------------------------------------------
 
@@ -275,11 +312,16 @@ class Engine:
             try:
                 states, done = self._process_until(batch, start, began + budget_s)
                 part = batch[start:start + done]
+                positions = self._inputs.after(part) if self._inputs is not None else None
+                if self._reporter is not None:
+                    self._produce(self._reporter.end_of_part(positions, states))
                 changelog_ends = self._commit(part, states)
             except KafkaException as error:
                 self._abort(batch[start:], error)
                 return
             self._apply(states, changelog_ends)
+            if positions is not None and self._inputs is not None:
+                self._inputs.committed(positions)
             if self._tracker is not None:
                 self._tracker.committed()
             self.counters.batches += 1

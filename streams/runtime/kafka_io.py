@@ -240,9 +240,10 @@ class RecordReader:
     record again after routing it: the page stage reads a unique page's body back from the input
     topic when the worker that routed it kept it no longer (:mod:`streams.pages.waiting`).
 
-    A fetch brings the records after the one asked for too, and the pages waiting after a restart
-    are mostly neighbours read in order, so the rest of the last fetch (at most
-    :data:`READ_AHEAD_RECORDS`) is kept for the next reads. One consumer, made on first use,
+    A fetch brings the records after the one asked for too, and the pages read back are mostly
+    neighbours read in order, partition by partition interleaved (a queue of pages decided in the
+    order they arrived), so what a fetch brought beyond the record asked for is kept per partition
+    (at most :data:`READ_AHEAD_RECORDS` each) for the next reads. One consumer, made on first use,
     assigned only: it joins no group and commits nothing.
     """
 
@@ -250,35 +251,46 @@ class RecordReader:
         self._kafka = kafka
         self._timeout_s = timeout_s
         self._consumer: Consumer | None = None
-        self._ahead: dict[tuple[str, int, int], bytes] = {}
+        self._ahead: dict[tuple[str, int], dict[int, bytes]] = {}
 
     def read(self, topic: str, partition: int, offset: int) -> bytes | None:
-        """The value at ``offset``; None when the record is gone (deleted by retention).
-        :class:`BrokerError` when it cannot be read in time."""
-        found = self._ahead.pop((topic, partition, offset), None)
-        if found is not None:
-            return found
+        """The value at ``offset``; None when the record is gone (deleted by retention, or never
+        there). :class:`BrokerError` when it cannot be read in time."""
+        ahead = self._ahead.get((topic, partition), {})
+        if offset in ahead:
+            return ahead.pop(offset)
         consumer = self._consumer
         if consumer is None:
             group = f"record-reader-{uuid.uuid4().hex[:10]}"  # required by the client, never joined
-            consumer = self._consumer = Consumer(self._kafka.consumer(group))
-        position = TopicPartition(topic, partition, offset)
-        low, high = consumer.get_watermark_offsets(position, timeout=self._timeout_s)
-        if not low <= offset < high:
-            return None
-        consumer.assign([position])
+            # A fetch long-polls the broker for fetch.wait.max.ms (500 ms by default) when it finds
+            # nothing new, and holds the connection meanwhile: every read after the first waited
+            # that long behind the previous partition's fetch.
+            consumer = Consumer(self._kafka.consumer(group, **{"enable.partition.eof": True,
+                                                              "fetch.wait.max.ms": 10}))
+            self._consumer = consumer
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        fetched = self._fetch(consumer, topic, partition, offset)
+        self._ahead[(topic, partition)] = {at: value for at, value in fetched.items()
+                                           if offset < at <= offset + READ_AHEAD_RECORDS}
+        # Past the offset without it (a gone record: the consumer started from the first one kept),
+        # or at the end: None. An aborted or compacted-away record is never a committed one.
+        return fetched.get(offset)
+
+    def _fetch(self, consumer: Consumer, topic: str, partition: int, offset: int) -> dict[int, bytes]:
+        """Records from ``offset`` on, until past it (or the partition's end), in short polls: a poll
+        with a timeout returns early only once it has all the records it asks for."""
+        fetched: dict[int, bytes] = {}
         deadline = time.monotonic() + self._timeout_s
         while time.monotonic() < deadline:
-            fetched = {message.offset(): message.value() or b""
-                       for message in consumer.consume(READ_AHEAD_RECORDS + 1, timeout=1)
-                       if message.error() is None and message.topic() == topic
-                       and message.partition() == partition}
-            if not fetched:
-                continue
-            self._ahead = {(topic, partition, at): value for at, value in fetched.items()
-                           if at is not None and at > offset}
-            # Past the offset without it: an aborted or compacted-away record, never a committed one.
-            return fetched.get(offset)
+            at_end = False
+            for message in consumer.consume(READ_AHEAD_RECORDS + 1, timeout=0.05):
+                error = message.error()
+                if error is not None:
+                    at_end = at_end or error.code() == KafkaError._PARTITION_EOF
+                elif message.topic() == topic and message.partition() == partition:
+                    fetched[message.offset() or 0] = message.value() or b""
+            if offset in fetched or at_end or any(at > offset for at in fetched):
+                return fetched
         raise BrokerError(f"{topic}[{partition}]@{offset} not read in {self._timeout_s} s")
 
     def close(self) -> None:

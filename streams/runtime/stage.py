@@ -15,6 +15,7 @@ changes (as changelog records) and the consumed offsets are committed together o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -156,3 +157,31 @@ class RereadsInputs(Protocol):
     page's body, when the worker that routed it kept it no longer). The engine gives it a reader."""
 
     def attach_input_reader(self, reader: InputReader) -> None: ...
+
+
+@dataclass(frozen=True)
+class InputPositions:
+    """How far a worker has routed its input partitions, by ``(topic, partition)``.
+
+    ``routed``: the next offset to route (every record before it is routed, in a committed or the
+    open transaction); ``log_ends``: each partition's log-end offset as last fetched; ``partitions``:
+    each input topic's partition count.
+    """
+
+    routed: Mapping[tuple[str, int], int]
+    log_ends: Mapping[tuple[str, int], int]
+    partitions: Mapping[str, int]
+
+
+@runtime_checkable
+class ReportsProgress(Protocol):
+    """A stage that tells its shards how far the input has been routed (the page stage: a page waits
+    until the input that could race it has been probed, :mod:`streams.pages.horizon`).
+
+    The engine calls :meth:`end_of_part` last in every transaction, with this worker's input
+    positions when they moved since the last committed report (else None), and once more in a
+    transaction of its own when they moved while no input came (a new assignment)."""
+
+    def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
+        """Records to emit last in the transaction; ``states``: the shard states it wrote."""
+        ...

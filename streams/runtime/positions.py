@@ -1,0 +1,73 @@
+"""How far a worker has routed its input partitions, for a stage that reports it to its shards.
+
+A stage that implements :class:`~streams.runtime.stage.ReportsProgress` (the page stage) learns, last
+in every transaction, this worker's :class:`~streams.runtime.stage.InputPositions`: the next offset
+to route of each assigned input partition once the transaction commits, the partition's log-end
+offset, and each input topic's partition count. Reported positions are what a transaction commits
+or nothing: they are taken as reported only after the commit, so an aborted transaction's report is
+made again by the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from streams.runtime.stage import InputPositions
+
+Partition = tuple[str, int]
+
+
+class InputTracker:
+    """The input positions of one worker (assigned partitions only)."""
+
+    def __init__(self, consumer: Consumer, state_topic: str, timeout_s: float) -> None:
+        self._consumer = consumer
+        self._state_topic = state_topic
+        self._timeout_s = timeout_s
+        self._routed: dict[Partition, int] = {}  # input partition -> next offset to route
+        self._ends: dict[Partition, int] = {}  # log-end offsets read at assignment
+        self._partitions: dict[str, int] = {}
+        self._reported: InputPositions | None = None  # last reported in a committed transaction
+
+    def assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        """Newly assigned input partitions stand at their committed offsets (at the first offset kept
+        when none is committed, where the consumer starts). Their log ends are asked of the broker:
+        the client knows them only after its first fetch, and a report must never understate them."""
+        inputs = [tp for tp in partitions if tp.topic != self._state_topic]
+        if not inputs:
+            return
+        for tp in self._consumer.committed(inputs, timeout=self._timeout_s):
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=False)
+            self._routed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else low
+            self._ends[(tp.topic, tp.partition)] = high
+        for topic in {tp.topic for tp in inputs}:
+            found = self._consumer.list_topics(topic, timeout=self._timeout_s).topics[topic].partitions
+            self._partitions[topic] = len(found)
+
+    def revoked(self, partitions: Iterable[Partition]) -> None:
+        for partition in partitions:
+            self._routed.pop(partition, None)
+            self._ends.pop(partition, None)
+
+    def after(self, part: Sequence[Message]) -> InputPositions | None:
+        """The positions once ``part`` (records being committed) commits; None when they are the
+        ones last reported."""
+        routed = dict(self._routed)
+        for message in part:
+            topic = message.topic() or ""
+            if topic != self._state_topic:
+                routed[(topic, message.partition() or 0)] = (message.offset() or 0) + 1
+        log_ends = {}
+        for (topic, partition), offset in routed.items():
+            end = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+            log_ends[(topic, partition)] = max(end, offset, self._ends.get((topic, partition), 0))
+        positions = InputPositions(routed, log_ends, dict(self._partitions))
+        return None if positions == self._reported else positions
+
+    def committed(self, positions: InputPositions) -> None:
+        """``positions`` were reported in a transaction that committed."""
+        self._routed = {partition: offset for partition, offset in positions.routed.items()
+                        if partition in self._routed}
+        self._reported = positions
