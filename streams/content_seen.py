@@ -13,20 +13,27 @@ the runtime's one-transaction-per-batch (so state, changelog, outputs and offset
    the page's head and where its input record is, plus that record itself when another worker
    owns the gather shard) and one *probe* per block table to the shard owning that table key.
 2. *probe* (the table key's shard): find the best earlier page within the Hamming threshold
-   through the bucket (:func:`streams.pages.buckets.meet`), insert the page, and send a
-   *reply* to the gather shard.
-3. *page* and *reply* (the gather shard): keep the page's head until all its replies are in (the
-   page record was committed before any probe was answered, so it always arrives first), then
-   emit the verdict, and the page to the unique-pages topic when nothing earlier matched: its
-   input record, from the worker's memory or read back from the input topic
-   (:mod:`streams.pages.waiting` says why the page itself is never state).
+   through the bucket and *reply* with it to the page's gather shard; send a *notice* to each
+   later page met (a copy probed before this, its original: :func:`streams.pages.buckets.meet`);
+   insert the page.
+3. *page*, *reply* and *notice* (the gather shard): keep the page's head and the best earlier page
+   met (the page record was committed before any probe was answered, so it always arrives
+   first); once its horizon is covered (:mod:`streams.pages.horizon`: every input record that was
+   in the topic when it was routed has been probed), emit the verdict, and the page to the
+   unique-pages topic when nothing earlier matched: its input record, from the worker's memory or
+   read back from the input topic (:mod:`streams.pages.waiting` says why the page itself is never
+   state).
+
+Last in each transaction (:meth:`ContentSeenStage.end_of_part`) a worker sends every shard a
+routing *mark*, and each shard that took one sends every gather shard its *progress*: how a gather
+shard learns that a horizon is covered (:mod:`streams.pages.gather` keeps the queue of waiting pages).
 
 State keys (one prefix per kind, layout :data:`streams.pages.buckets.LAYOUT`): ``t`` + table key
 -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with that
-SimHash (order, digest, URL); ``p`` + order -> a waiting page's head; ``a`` + order -> replies so
-far. The block design and feature version are recorded per shard and a worker with other settings
-refuses the shard instead of mixing two fingerprint spaces; the state layout is recorded beside
-them and a shard in another layout is refused (:class:`StateError`) instead of misread.
+SimHash (order, digest, URL); the gather shard's keys are :mod:`streams.pages.gather`'s. The block
+design and feature version are recorded per shard and a worker with other settings refuses the
+shard instead of mixing two fingerprint spaces; the state layout is recorded beside them and a
+shard in another layout is refused (:class:`StateError`) instead of misread.
 
 A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
 is stored in its SimHash's record in every shard holding one of its table keys (among up to
@@ -53,8 +60,8 @@ from streams.pages.buckets import Match, Page, Record
 from streams.pages.decode import Skipped
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
-from streams.pages.horizon import RoutingView
 from streams.pages.intake import Intake
+from streams.pages.relay import MARK, PROGRESS, Relay, progress_of
 from streams.pages.waiting import (
     PageCache,
     Source,
@@ -76,11 +83,10 @@ STAGE = "content-seen"
 DESIGN_KEY = b"meta:block_design"
 LAYOUT_KEY = b"meta:state_layout"
 PAGE, PROBE, REPLY, NOTICE = b"P", b"Q", b"R", b"N"
-MARK, PROGRESS, DRAIN = b"M", b"G", b"D"  # routing marks, a shard's progress, "go on deciding"
-ROUTING_KEY = b"meta:routing"  # what routing marks told this shard (RoutingView)
-DECISIONS_PER_RECORD = 256  # pages a progress or drain record decides at most (the rest: a drain record)
+DRAIN = b"D"  # "go on": the front of a gather shard's queue was taken off up to the limit
+DECIDE = b"E"  # a page off the queue: decide it (one page's outputs per shard record)
+DECISIONS_PER_RECORD = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
 _PROBE_HEAD = struct.Struct(">16sQ16s")
-_SHARD = struct.Struct(">H")
 # PlainTable's hash index hashes this much of each state key: ``t`` and a whole bucket key of the
 # default design (table byte and 4 bytes of blocks), ``s`` and 5 bytes of a record's SimHash.
 STATE_KEY_PREFIX_BYTES = 6
@@ -124,7 +130,7 @@ class ContentSeenStage:
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     name: str = STAGE
     decisions: Counter[str] = field(default_factory=Counter)  # unique / exact / near / skipped
-    races: Counter[str] = field(default_factory=Counter)  # notices taken, and late (page decided)
+    races: Counter[str] = field(default_factory=Counter)  # earlier pages met in time, or late (decided)
     route_topics: Sequence[str] = field(init=False)
     state_topic: str = field(init=False)
 
@@ -140,7 +146,7 @@ class ContentSeenStage:
         self._owned: Mapping[int, PartitionStore] = {}
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
-        self._marked: set[int] = set()  # shards that took routing marks in this part of a batch
+        self._relay = Relay(self.state_topic, self.route_topics)
 
     @property
     def state_key_prefix_bytes(self) -> int:
@@ -166,26 +172,8 @@ class ContentSeenStage:
         self._reader = reader
 
     def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
-        """Last in each transaction: this worker's routing marks to every shard (when its input
-        positions moved), then the progress of each shard that took marks to every gather shard
-        (:mod:`streams.pages.horizon`)."""
-        emits = []
-        if inputs is not None and self._shard_count:
-            mark = MARK + self._routing_view(inputs).encode()
-            emits += [Emit(self.state_topic, mark, b"mark", shard) for shard in range(self._shard_count)]
-        for shard in sorted(self._marked):
-            state = states.get(shard)
-            if state is not None:
-                told = PROGRESS + _SHARD.pack(shard) + (state.get(ROUTING_KEY) or b"")
-                emits += [Emit(self.state_topic, told, b"progress", to) for to in range(self._shard_count)]
-        self._marked.clear()
-        return emits
-
-    def _routing_view(self, inputs: InputPositions) -> RoutingView:
-        index = {topic: number for number, topic in enumerate(self.route_topics)}
-        return RoutingView({index[t]: n for t, n in inputs.partitions.items() if t in index},
-                           {(index[t], p): o for (t, p), o in inputs.routed.items() if t in index},
-                           {(index[t], p): o for (t, p), o in inputs.log_ends.items() if t in index})
+        """Last in each transaction: routing marks and shard progress (:mod:`streams.pages.relay`)."""
+        return self._relay.end_of_part(inputs, states, self._shard_count)
 
     # -- shards --------------------------------------------------------------------------------
 
@@ -268,13 +256,16 @@ class ContentSeenStage:
         if kind == REPLY:
             return self._reply(key, body, state)
         if kind == NOTICE:
-            self.races["notices" if gather.notice(state, key, body) else "late_notices"] += 1
+            self.races["in_time" if gather.notice(state, key, body) else "late"] += 1
             return []
         if kind == MARK:
-            self._mark(shard, body, state)
+            self._relay.take_mark(shard, body, state)
             return []
         if kind in (PROGRESS, DRAIN):
             return self._progress(shard, body if kind == PROGRESS else None, state)
+        if kind == DECIDE:
+            page = gather.take(state, key)
+            return self._decide(page.head, page.stored, page.best)
         raise RecordRejected("invalid_shard_record", f"unknown shard record kind {kind!r}")
 
     def _probe(self, table_key: bytes, body: bytes, state: BatchState) -> list[Emit]:
@@ -332,22 +323,13 @@ class ContentSeenStage:
                 self._pages.park(source)
         return []
 
-    def _mark(self, shard: int, body: bytes, state: BatchState) -> None:
-        """A worker routed its input this far: kept, and told to the gather shards at the end of
-        the batch (:meth:`end_of_part`), after the replies and notices of the probes it vouches for."""
-        view = RoutingView.decode(state.get(ROUTING_KEY))
-        if view.merge(RoutingView.decode(body)):
-            state.set(ROUTING_KEY, view.encode())
-            self._marked.add(shard)
-
     def _progress(self, shard: int, body: bytes | None, state: BatchState) -> list[Emit]:
-        """A shard's progress, or a drain record (``body`` None): decide the front of the queue as
-        far as its horizons are covered, and ask for more with a drain record past the limit."""
-        progress = None
-        if body is not None:
-            progress = (_SHARD.unpack_from(body)[0], RoutingView.decode(body[_SHARD.size:]))
+        """A shard's progress, or a drain record (``body`` None): take the front of the queue off as
+        far as its horizons are covered, a decide record for each, and ask for more with a drain
+        record past the limit."""
+        progress = progress_of(body) if body is not None else None
         found, drain = gather.ready(state, self._shard_count, DECISIONS_PER_RECORD, progress)
-        emits = [emit for page in found for emit in self._decide(page.head, page.stored, page.best)]
+        emits = [Emit(self.state_topic, DECIDE, order, shard) for order in found]
         if drain:
             emits.append(Emit(self.state_topic, DRAIN, b"drain", shard))
         return emits

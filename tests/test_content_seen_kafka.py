@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -52,8 +53,9 @@ def _offline_verdicts(kafka: KafkaConfig, pages: list[simweb.PlantedPage],
 
 def _check_against_plan(pages: list[simweb.PlantedPage], verdicts: list[dict[str, Any]],
                         reference: list[dict[str, Any]]) -> None:
-    """One verdict per page; originals unique, mirrors (same main text) exact duplicates; near copies
-    as the offline mode decided them (whether 2 changed words stay within k bits is SimHash's call)."""
+    """One verdict per page; originals unique, mirrors (same main text) exact duplicates of their
+    originals; near copies as the offline mode decided them (whether 2 changed words stay within k
+    bits is SimHash's call)."""
     by_url = Counter(v["url"] for v in verdicts)
     assert set(by_url) == {page.url for page in pages}
     assert max(by_url.values()) == 1, "a page got two verdicts"
@@ -65,23 +67,35 @@ def _check_against_plan(pages: list[simweb.PlantedPage], verdicts: list[dict[str
         assert verdict["verdict"] == expected, (page.kind, page.url, verdict)
         if page.kind == "mirror":
             assert verdict["kind"] == "exact" and verdict["distance"] == 0, verdict
+            assert verdict["duplicate_of"] == page.copy_of, verdict
+        if page.kind == "near":
+            assert verdict["duplicate_of"] == offline[page.url]["duplicate_of"], verdict
         assert (verdict["simhash"], verdict["digest"]) == (offline[page.url]["simhash"],
                                                           offline[page.url]["digest"])
 
 
 def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConfig, prefix: str,
                                                                  tmp_path: Path) -> None:
-    """Originals first, their copies later (as a crawl meets them) through other partitions, two workers."""
+    """Copies arriving before, with and after their originals, through other partitions, two workers.
+
+    Written before the workers start: a third of the copies, then the originals with another third
+    among them (so those copies come first in their partitions, or in the same batch as their
+    originals); once the originals are decided, the last third. Every verdict is the offline mode's
+    on the pages sorted by fetch time."""
     topics = Topics(prefix)
     pages = simweb.crawl(seed=3, articles=24)
     originals = [page for page in pages if page.kind == "original"]
     copies = [page for page in pages if page.kind != "original"]
+    random.Random(3).shuffle(copies)
+    before, together, after = copies[0::3], copies[1::3], copies[2::3]
     bad = (b"{not json", b'{"url": 7}', orjson.dumps({"url": "https://x.example/", "body_base64": "abc"}))
-    used = _produce_crawl(kafka, topics, originals, bad)
+    used = _produce_crawl(kafka, topics, before)
+    mixed = originals + together
+    used |= _produce_crawl(kafka, topics, random.Random(4).sample(mixed, len(mixed)), bad)
     workers = [subprocess.Popen(_worker(kafka, prefix, tmp_path / f"s{i}", f"w{i}", "--idle-exit-s", "15"),
                                 cwd=PROJECT_ROOT, stderr=subprocess.PIPE) for i in range(2)]
-    h.wait_for(lambda: len(_verdicts(kafka, topics)) >= len(originals), timeout_s=180)
-    used |= _produce_crawl(kafka, topics, copies)
+    h.wait_for(lambda: len(_verdicts(kafka, topics)) >= len(originals + before + together), timeout_s=180)
+    used |= _produce_crawl(kafka, topics, after)
     assert len(used) == INPUT_PARTITIONS
     for worker in workers:
         _, err = worker.communicate(timeout=240)
@@ -111,7 +125,7 @@ def test_offline_mode_gives_one_verdict_per_line_in_order(kafka: KafkaConfig, tm
 ])
 def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path, kills: int,
                                         page_cache_mb: int | None) -> None:
-    """All pages at once (copies race their originals), SIGKILLs: one verdict each, no cluster lost.
+    """All pages at once (copies race their originals), SIGKILLs: one verdict each, offline's.
 
     Paced: a 1 MB page cache under batches of 500 pages, so every batch takes only some of its pages
     and pauses the rest (streams/runtime/inflow.py), and restarted workers read waiting pages back
@@ -137,5 +151,10 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     for page in pages:
         clusters.setdefault(page.article, set()).add(page.url)
     assert all(members & unique for members in clusters.values()), "a cluster lost all its members"
+    # every page was in the input before the worker started: the copies racing their originals are
+    # all found, as offline mode finds them on the pages in fetch order
+    offline = {v["url"]: v for v in _offline_verdicts(kafka, pages, tmp_path / "offline")}
+    assert {v["url"]: (v["verdict"], v["kind"]) for v in verdicts} == {
+        url: (v["verdict"], v["kind"]) for url, v in offline.items()}
     if page_cache_mb is not None:
         assert "partitions paused" in (tmp_path / "worker.log").read_text()

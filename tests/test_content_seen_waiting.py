@@ -142,6 +142,20 @@ def test_the_cache_drops_its_oldest_past_its_size() -> None:
     assert (len(cache), cache.size_bytes) == (0, 0)
 
 
+def test_parked_pages_leave_the_intake_free_and_go_first_newest_first() -> None:
+    """A page waiting only for its horizon is not in flight: intake never waits for it, and when
+    the cache is full the newest parked page goes first (the queue decides the oldest first)."""
+    cache = PageCache(max_bytes=12)
+    for offset in range(3):
+        cache.put(Source("t", 0, offset), b"x" * 4)
+        cache.park(Source("t", 0, offset))
+    assert (len(cache), cache.size_bytes, cache.parked_bytes) == (0, 0, 12)
+    cache.put(Source("t", 0, 9), b"y" * 4)  # in flight: a parked page makes room
+    assert (len(cache), cache.size_bytes, cache.parked_bytes) == (1, 4, 8)
+    assert cache.pop(Source("t", 0, 2)) is None  # the newest parked page went
+    assert cache.pop(Source("t", 0, 0)) == b"x" * 4 and cache.pop(Source("t", 0, 9)) == b"y" * 4
+
+
 @pytest.mark.parametrize(("cache_mb", "pages", "taken"), [
     (4, 10, 3),   # three quarters of 4 MB: three pages of 1 MB
     (1, 5, 1),    # a page over the budget is still taken when none is in flight

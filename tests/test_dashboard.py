@@ -24,6 +24,7 @@ COUNTERS = {
     "crawl_dedup_records_in_total", "crawl_dedup_records_out_total", "crawl_dedup_dead_letters_total",
     "crawl_dedup_decisions_total", "crawl_dedup_aborted_batches_total",
     "crawl_dedup_recovered_records_total", "crawl_dedup_deferred_records_total",
+    "crawl_dedup_race_matches_total",
 }
 GAUGES = {
     "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_rate",
@@ -33,7 +34,7 @@ HISTOGRAMS = {"crawl_dedup_batch_seconds", "crawl_dedup_record_age_seconds"}
 # The series names Prometheus stores: a histogram is scraped as its _bucket, _sum and _count series.
 SERIES = COUNTERS | GAUGES | {f"{name}{suffix}" for name in HISTOGRAMS
                               for suffix in ("_bucket", "_sum", "_count")}
-LABELS = {"stage", "topic", "reason", "decision", "shard", "consumergroup", "partition", "le",
+LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "consumergroup", "partition", "le",
           "job", "instance"}
 
 # PromQL words that are neither metrics nor labels (functions are told apart by the "(" after them).

@@ -221,3 +221,83 @@ def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
     flow.revoked({("in", 1)})
     flow.rewind([LineMessage("in", 2, b"{}", None, 0), LineMessage("shards", 3, b"v", b"k", 0)])  # type: ignore[list-item]
     assert consumer.calls == [("seek", ("in", 0, 2)), ("seek", ("shards", 0, 3))] and not flow.holding
+
+
+class ReportingStage(EchoStage):
+    """Echo, and a record to its shard topic last in every transaction, saying what it was told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[Any, list[int]]] = []
+
+    def end_of_part(self, inputs: Any, states: dict[int, BatchState]) -> list[Emit]:
+        self.told.append((inputs, sorted(states)))
+        return [Emit(self.state_topic, b"mark", b"m", 0)]
+
+
+@dataclass
+class TransactionalStub(StubProducer):
+    log: list[str] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                on_delivery: Any = None) -> None:
+        super().produce(topic, value, key, partition, on_delivery)
+        self.log.append(f"produce {topic}")
+
+    def begin_transaction(self) -> None:
+        self.log.append("begin")
+
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self.log.append("offsets")
+
+    def commit_transaction(self, *args: Any) -> None:
+        self.log.append("commit")
+
+    def poll(self, *args: Any) -> int:
+        return 0
+
+
+@dataclass
+class StubTracker:
+    """Input positions that move once per batch routed, and what was taken as reported."""
+
+    pending: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
+
+    def after(self, part: list[Any]) -> str | None:
+        return self.pending.pop(0) if self.pending else None
+
+    def committed(self, positions: str) -> None:
+        self.reported.append(positions)
+
+
+def _reporting_engine() -> tuple[Engine, ReportingStage, TransactionalStub, StubTracker]:
+    stage = ReportingStage()
+    stores = {0: MemoryStore()}
+    made = Engine(stage, KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
+                  "dlq", store_factory=stores.__getitem__)
+    made._stores = stores
+    producer, tracker = TransactionalStub(), StubTracker()
+    made._producer = producer  # type: ignore[assignment]
+    made._inputs = tracker  # type: ignore[assignment]
+    made._consumer = StubConsumer()  # type: ignore[assignment]
+    made._consumer.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
+    return made, stage, producer, tracker
+
+
+def test_a_reporting_stage_speaks_last_in_each_transaction_and_its_report_counts_once_committed() -> None:
+    engine, stage, producer, tracker = _reporting_engine()
+    tracker.pending = ["routed through 1"]
+    engine._run_batch([LineMessage("in", 0, b'{"k": "a"}'), LineMessage("shards", 0, b'{"k": "b"}', b"b")])
+    assert stage.told == [("routed through 1", [0])]
+    assert producer.log == ["begin", "produce shards", "produce out", "produce shards", "produce changelog",
+                            "offsets", "commit"]
+    assert producer.produced[-2] == ("shards", b"mark", b"m", 0)  # then the changelog
+    assert tracker.reported == ["routed through 1"]
+
+
+def test_positions_that_moved_with_no_input_are_reported_in_a_transaction_of_their_own() -> None:
+    engine, stage, producer, tracker = _reporting_engine()
+    tracker.pending = ["assigned"]
+    assert engine._report_moved_positions()
+    assert producer.log == ["begin", "produce shards", "commit"] and tracker.reported == ["assigned"]
+    assert not engine._report_moved_positions()  # nothing moved since

@@ -42,6 +42,8 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "aborted_batches": ("Transactions aborted and retried", ()),
     "recovered_records": ("Changelog records replayed into local state", ()),
     "deferred_records": ("Input records a stage had no room for, paused and consumed again later", ()),
+    "race_matches": ("content-seen: earlier pages a probe met after the later page was probed: in time for "
+                     "its verdict, or late (its verdict stands)", ("event",)),
 }
 STORE_GAUGES = {  # the keys of Measured.measurements(), one series per shard
     "state_bytes": "Local state size of a shard (RocksDB SST files and memtables)",
@@ -68,6 +70,7 @@ class WorkerMetrics:
         self.registry = registry or CollectorRegistry()
         self._seen: dict[tuple[str, str], int] = {}
         self._last_store_update = 0.0
+        self._gauged_shards: set[int] = set()
         self._shard_labels: set[tuple[str, str]] = set()
         self._lag_labels: set[tuple[str, str, str]] = set()
         self._lag_sum_labels: set[tuple[str, str]] = set()
@@ -112,10 +115,12 @@ class WorkerMetrics:
                 self.record_age.labels(self.stage).observe(age_s)
         decisions: Mapping[str, int] = getattr(engine.stage, "decisions", {})
         self._advance("decisions", decisions)
+        self._advance("race_matches", getattr(engine.stage, "races", {}))
         ratio = duplicate_ratio(decisions)
         if ratio is not None:
             self.duplicate_ratio.labels(self.stage).set(ratio)
-        if time.monotonic() - self._last_store_update > STORE_GAUGE_INTERVAL_S:
+        if (time.monotonic() - self._last_store_update > STORE_GAUGE_INTERVAL_S
+                or set(engine.stores) != self._gauged_shards):
             self.update_store_gauges(engine)
 
     def stopped(self, engine: Engine) -> None:
@@ -138,6 +143,7 @@ class WorkerMetrics:
     def update_store_gauges(self, engine: Engine) -> None:
         """Per-shard size and Bloom fill of the shards owned now; series of revoked shards go."""
         self._last_store_update = time.monotonic()
+        self._gauged_shards = set(engine.stores)  # a shard gained or lost is measured at once
         current: set[tuple[str, str]] = set()
         for partition, store in list(engine.stores.items()):
             if not isinstance(store, Measured):

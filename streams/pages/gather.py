@@ -9,11 +9,13 @@ State keys of a gather shard (besides the block tables, :mod:`streams.pages.buck
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.pages.horizon.GatherView` (each shard's progress,
-  the log ends, the queue's bounds).
+  the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
 
 Through Kafka a page is decided when the front of the queue reaches it and its horizon is covered
-(:mod:`streams.pages.horizon`); offline, and for pages that arrived before this protocol (an ``a``
-key), when its last reply is in, as before.
+(:mod:`streams.pages.horizon`), by a *decide* record of its own that the gather shard sends itself:
+one page's outputs per shard record, so a page whose output its topic refuses becomes a dead
+letter alone (:mod:`streams.runtime.outputs`). Offline, and for pages that arrived before this
+protocol (an ``a`` key), a page is decided when its last reply is in, as before.
 """
 
 from __future__ import annotations
@@ -32,8 +34,29 @@ from streams.runtime.batch import BatchState
 log = logging.getLogger(__name__)
 
 GATHER_KEY = b"meta:gather"
+QUEUE_KEY = b"meta:queue"
 _NUMBER = struct.Struct(">Q")
 _OWN, _TAKEN = b"o", b"h"  # a queue entry holds the page's own offset, or its horizon
+
+
+@dataclass(slots=True)
+class Queue:
+    """The waiting pages, numbered in arrival order from ``head`` (the front) to ``tail`` (the next
+    number); ``draining``: a record asking to go on deciding is on its way. Apart from the view, so
+    that a page's arrival reads and writes 17 bytes."""
+
+    head: int = 0
+    tail: int = 0
+    draining: bool = False
+
+    _FORMAT = struct.Struct(">QQ?")
+
+    def encode(self) -> bytes:
+        return self._FORMAT.pack(self.head, self.tail, self.draining)
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Queue:
+        return cls(*cls._FORMAT.unpack(raw)) if raw else cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +80,11 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int,
     if place is None:
         state.set(b"a" + order, encode_progress(0, tables, None))
         return
-    view = GatherView.decode(state.get(GATHER_KEY))
-    number, view.tail = view.tail, view.tail + 1
+    queue = Queue.decode(state.get(QUEUE_KEY))
+    number, queue.tail = queue.tail, queue.tail + 1
     state.set(queue_key(number), order + _OWN + encode_horizon({place: offset + 1}))
     state.set(b"w" + order, encode_progress(0, tables, None))
-    state.set(GATHER_KEY, view.encode())
+    state.set(QUEUE_KEY, queue.encode())
 
 
 def reply(state: BatchState, order: bytes, body: bytes) -> Ready | bool:
@@ -101,23 +124,26 @@ def notice(state: BatchState, order: bytes, body: bytes) -> bool:
 
 
 def ready(state: BatchState, shard_count: int, limit: int,
-          progress: tuple[int, RoutingView] | None) -> tuple[list[Ready], bool]:
-    """Take a shard's ``progress`` (None: a drain record asking to go on), then the pages at the
-    front of the queue whose horizons are covered, at most ``limit`` (removed from the state); and
-    whether to send a drain record (more may be ready, and none is on its way)."""
+          progress: tuple[int, RoutingView] | None) -> tuple[list[bytes], bool]:
+    """Take a shard's ``progress`` (None: a drain record asking to go on), then take off the front of
+    the queue the pages whose horizons are covered, at most ``limit``: their order keys (each is
+    then decided by a record of its own, :func:`take`); and whether to send a drain record (more
+    may be ready, and none is on its way)."""
     view = GatherView.decode(state.get(GATHER_KEY))
-    changed = progress is not None or view.draining
     if progress is not None:
         view.merge(*progress)
-    else:
-        view.draining = False  # this was the drain record on its way
-    found: list[Ready] = []
+        state.set(GATHER_KEY, view.encode())
+    queue = Queue.decode(state.get(QUEUE_KEY))
+    changed = progress is None and queue.draining
+    if changed:
+        queue.draining = False  # this was the drain record on its way
+    found: list[bytes] = []
     coverage = view.coverage(shard_count)
-    while coverage is not None and view.head < view.tail and len(found) < limit:
-        key = queue_key(view.head)
+    while coverage is not None and queue.head < queue.tail and len(found) < limit:
+        key = queue_key(queue.head)
         entry = state.get(key)
         if entry is None:
-            raise RecordRejected("invalid_shard_record", f"queue entry {view.head} missing")
+            raise RecordRejected("invalid_shard_record", f"queue entry {queue.head} missing")
         order, taken = entry[:ORDER_BYTES], entry[ORDER_BYTES:ORDER_BYTES + 1]
         wanted = decode_horizon(entry[ORDER_BYTES + 1:])
         if not covered(wanted, coverage):
@@ -127,18 +153,19 @@ def ready(state: BatchState, shard_count: int, limit: int,
             state.set(key, order + _TAKEN + encode_horizon(wanted))
             if not covered(wanted, coverage):
                 break
-        found.append(_take(state, order))
+        found.append(order)
         state.delete(key)
-        view.head += 1
+        queue.head += 1
         changed = True
-    drain = view.head < view.tail and len(found) >= limit and not view.draining
-    view.draining = view.draining or drain
+    drain = queue.head < queue.tail and len(found) >= limit and not queue.draining
+    queue.draining = queue.draining or drain
     if changed:
-        state.set(GATHER_KEY, view.encode())
+        state.set(QUEUE_KEY, queue.encode())
     return found, drain
 
 
-def _take(state: BatchState, order: bytes) -> Ready:
+def take(state: BatchState, order: bytes) -> Ready:
+    """A page off the queue, to be decided now: its head and best match (removed from the state)."""
     stored, progress = state.get(b"p" + order), state.get(b"w" + order)
     if stored is None or progress is None:
         raise RecordRejected("invalid_shard_record", f"queued page {order.hex()} has no head")

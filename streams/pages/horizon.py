@@ -115,18 +115,11 @@ class RoutingView:
 
 @dataclass
 class GatherView:
-    """What one gather shard knows: each shard's progress, the log ends, and its queue's bounds.
-
-    The queue holds the waiting pages in arrival order, numbered from ``head`` (the front) to
-    ``tail`` (the next number); ``draining`` says a record asking to go on deciding is on its way.
-    """
+    """What one gather shard knows of the input: each shard's progress, and the log ends."""
 
     partitions: dict[int, int] = field(default_factory=dict)
     shards: dict[int, Offsets] = field(default_factory=dict)
     ends: Offsets = field(default_factory=dict)
-    head: int = 0
-    tail: int = 0
-    draining: bool = False
 
     def merge(self, shard: int, view: RoutingView) -> None:
         """Shard ``shard`` has probed through ``view.routed``."""
@@ -172,7 +165,7 @@ class GatherView:
         return orjson.dumps({
             "partitions": [[t, n] for t, n in sorted(self.partitions.items())],
             "shards": [[shard, _pairs(offsets)] for shard, offsets in sorted(self.shards.items())],
-            "ends": _pairs(self.ends), "head": self.head, "tail": self.tail, "draining": self.draining})
+            "ends": _pairs(self.ends)})
 
     @classmethod
     def decode(cls, raw: bytes | None) -> GatherView:
@@ -181,7 +174,7 @@ class GatherView:
         loaded = orjson.loads(raw)
         return cls({t: n for t, n in loaded["partitions"]},
                    {shard: _offsets(pairs) for shard, pairs in loaded["shards"]},
-                   _offsets(loaded["ends"]), loaded["head"], loaded["tail"], loaded["draining"])
+                   _offsets(loaded["ends"]))
 
 
 def covered(horizon: Mapping[InputId, int], coverage: Mapping[InputId, int]) -> bool:

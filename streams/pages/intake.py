@@ -3,7 +3,8 @@ worker routes the previous batch, or in the worker.
 
 The engine hands a preparing stage each batch's input records before routing them, and routes them
 in the next batch (:mod:`streams.runtime.inflow`). :meth:`Intake.prepare` takes the first of them
-while the pages in flight (awaiting a verdict here, or prepared and not routed yet) stay under
+while the pages in flight (awaiting their replies here, or prepared and not routed yet; a page that
+waits only for its horizon is not counted, :class:`~streams.pages.waiting.PageCache`) stay under
 three quarters of ``page_cache_mb`` (at least one when none is), and starts analysing them in the
 children, if there are any (``analysis_processes``); by the next batch their analysis is mostly
 done. The engine feeds the rest in again once :meth:`Intake.ready` (in flight at half): without
