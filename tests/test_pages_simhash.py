@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import numpy as np
 import pytest
@@ -192,3 +193,28 @@ def test_small_edits_move_few_bits_and_other_texts_many() -> None:
     assert sum(edited) / len(edited) <= 3
     assert max(edited) <= 10
     assert 28 <= sum(unrelated) / len(unrelated) <= 36
+
+
+# --- numbers (features version 2) ----------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts, st.integers(min_value=1, max_value=3))
+def test_number_tokens_match_the_reference(text: str, gram: int) -> None:
+    hashes, numbers = features.text_tokens(text, cjk_ngram_chars=gram)
+    spans = reference_spans(text, gram)
+    expected = [all(unicodedata.category(chr(fold_and_kind(c)[0]))[0] == "N" for c in text[s:e])
+                for s, e in spans]
+    assert numbers.tolist() == expected
+    assert hashes.tolist() == token_hashes(text, cjk_ngram_chars=gram).tolist()
+
+
+def test_numbers_are_not_features_unless_all_tokens_are() -> None:
+    assert features.FEATURES_VERSION == 2
+    with_numbers = feature_hashes("the 3 bridges of 2009 and ４２ cats, Ⅻ a320", shingle_words=1)
+    without = feature_hashes("the bridges of and cats, a320", shingle_words=1)
+    assert with_numbers[0].tolist() == without[0].tolist()
+    assert feature_hashes("12 34 12", shingle_words=1)[0].tolist() == sorted(
+        set(features.shingle_hashes(token_hashes("12 34"), 1).tolist()))
+    assert simhash64(*feature_hashes("Page 1 of 20: the story")) == simhash64(
+        *feature_hashes("Page 2 of 21: the story"))
