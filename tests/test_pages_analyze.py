@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -11,10 +12,19 @@ import pytest
 
 from streams import records
 from streams.errors import ConfigError, RecordRejected
-from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for, digest
+from streams.pages.analyze import (
+    PageAnalysis,
+    PageSettings,
+    analysis_from_json,
+    analysis_to_json,
+    analyze_page,
+    design_for,
+    digest,
+)
 from streams.pages.blocks import block_design
 from streams.pages.decode import Skipped
 from streams.pages.simhash import hamming
+from streams.pages.sketch import PageSignature, is_near_duplicate
 from streams.records import RecordKind
 
 SETTINGS = PageSettings()
@@ -112,6 +122,25 @@ def test_small_edit_is_near_other_article_is_far() -> None:
     assert edited.text_digest != original.text_digest
     assert hamming(edited.simhash, original.simhash) <= SETTINGS.hamming_threshold
     assert hamming(other.simhash, original.simhash) > 10
+
+
+def test_the_sketch_comes_from_the_same_main_text() -> None:
+    original = analysed(page(html(ARTICLE)))
+    mirror = analysed(page(html(ARTICLE, host="mirror.example.net", nav="Start Shop")))
+    edited = analysed(page(html(ARTICLE.replace("Tuesday", "Wednesday", 1))))
+    assert original.sketch is not None and mirror.sketch is not None and edited.sketch is not None
+    assert original.sketch == mirror.sketch  # the same main text
+    near = PageSignature(edited.simhash, edited.sketch)
+    stored = PageSignature(original.simhash, original.sketch)
+    assert is_near_duplicate(near, stored, hamming(edited.simhash, original.simhash))
+    without = analyze_page(page(html(ARTICLE)), SETTINGS, sketch=False)
+    assert without == dataclasses.replace(original, sketch=None)
+
+
+def test_the_analysis_crosses_a_pipe_with_its_sketch() -> None:
+    for found in (analysed(page(html(ARTICLE))), analyze_page(page(html(ARTICLE)), SETTINGS, sketch=False),
+                  Skipped("no_text")):
+        assert analysis_from_json(analysis_to_json(found)) == found
 
 
 def test_a_record_as_the_stage_decodes_it() -> None:

@@ -45,8 +45,9 @@ from streams.errors import ConfigError
 from streams.pages.blocks import BlockDesign, block_design
 from streams.pages.decode import Skipped, decode_page
 from streams.pages.extract import extract_text
-from streams.pages.features import Weighting, feature_hashes
+from streams.pages.features import Weighting, text_tokens, tokens_features
 from streams.pages.simhash import BITS, from_hex, simhash64, to_hex
+from streams.pages.sketch import Sketch, sketch_tokens
 
 DIGEST_BYTES = 16
 
@@ -105,7 +106,9 @@ class PageAnalysis:
     ``text_digest``: BLAKE2b-128 of the normalised main text (UTF-8), equal for exact copies of
     the content whatever their markup, host or encoding; ``simhash``: 64-bit SimHash of the main
     text; ``text_chars``: its length in code points; ``media``, ``charset``, ``charset_source``: as
-    :class:`streams.pages.decode.DecodedPage` says. The raw body's digest is the revisit stage's
+    :class:`streams.pages.decode.DecodedPage` says; ``sketch``: the minwise sketch of the main
+    text's word pairs that decides near-duplicates among the SimHash's candidates
+    (:mod:`streams.pages.sketch`), None when not asked for. The raw body's digest is the revisit stage's
     (:func:`digest` of :func:`streams.records.raw_body`), not computed here: the page stage never
     reads it, and it cost a twentieth of a page's analysis.
     """
@@ -116,14 +119,17 @@ class PageAnalysis:
     media: str
     charset: str
     charset_source: str
+    sketch: Sketch | None = None
 
 
 def analyze_page(record: Mapping[str, Any], settings: PageSettings,
-                 body: bytes | str | None = None) -> PageAnalysis | Skipped:
-    """Digests and SimHash of a fetched page, or why it is not compared (see the module docstring).
+                 body: bytes | str | None = None, *, sketch: bool = True) -> PageAnalysis | Skipped:
+    """Digests, SimHash and sketch of a fetched page, or why it is not compared (see the module
+    docstring).
 
     ``body`` is the record's body when the caller already read it (:func:`streams.records.body_bytes`),
-    so a large base64 body is decoded once.
+    so a large base64 body is decoded once. ``sketch=False`` leaves the sketch out (a caller that
+    only compares SimHashes, such as the revisit stage, saves its 30-100 µs).
     """
     skipped = _skip_reason(record)
     if skipped is not None:
@@ -133,13 +139,15 @@ def analyze_page(record: Mapping[str, Any], settings: PageSettings,
     if isinstance(decoded, Skipped):
         return decoded
     text = extract_text(decoded, min_main_chars=settings.min_main_chars, full_text=False).main_text
-    hashes, weights = feature_hashes(text, shingle_words=settings.shingle_words,
-                                     cjk_ngram_chars=settings.cjk_ngram_chars, weighting=settings.weighting)
+    tokens, numbers = text_tokens(text, cjk_ngram_chars=settings.cjk_ngram_chars)
+    hashes, weights = tokens_features(tokens, numbers, shingle_words=settings.shingle_words,
+                                      weighting=settings.weighting)
     if hashes.size == 0:
         return Skipped("no_text")
     return PageAnalysis(text_digest=digest(text.encode("utf-8")), simhash=simhash64(hashes, weights),
                         text_chars=len(text), media=decoded.media, charset=decoded.charset,
-                        charset_source=decoded.charset_source)
+                        charset_source=decoded.charset_source,
+                        sketch=sketch_tokens(tokens) if sketch else None)
 
 
 def digest(data: bytes) -> bytes:
@@ -175,7 +183,8 @@ def analysis_to_json(found: PageAnalysis | Skipped) -> bytes:
     if isinstance(found, Skipped):
         return orjson.dumps({"skipped": found.reason})
     return orjson.dumps({**dataclasses.asdict(found), "text_digest": found.text_digest.hex(),
-                         "simhash": to_hex(found.simhash)})
+                         "simhash": to_hex(found.simhash),
+                         "sketch": None if found.sketch is None else found.sketch.encode().hex()})
 
 
 def analysis_from_json(raw: bytes) -> PageAnalysis | Skipped | str:
@@ -186,5 +195,7 @@ def analysis_from_json(raw: bytes) -> PageAnalysis | Skipped | str:
         return error
     if "skipped" in loaded:
         return Skipped(loaded["skipped"])
+    sketch = loaded.get("sketch")
     return PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
-                           "simhash": from_hex(loaded["simhash"])})
+                           "simhash": from_hex(loaded["simhash"]),
+                           "sketch": None if sketch is None else Sketch.decode(bytes.fromhex(sketch))})
