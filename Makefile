@@ -78,11 +78,13 @@ bench-url: $(BENCH_STAMP) jars
 	$(PY) -m bench.url_bench
 
 # The page stage: extraction quality, near-duplicate quality beside 1e0ng/simhash and datasketch
-# (from PyPI), then throughput, lookup time and SIGKILLs through Kafka, and copies racing their
-# originals in every arrival order. Needs ../shared/corpus.
+# (from PyPI), the decision on person-judged ClueWeb pairs beside S3, MinHash and SimHash (skipped
+# when ../shared/corpus/copycat-clueweb is absent), then throughput, lookup time and SIGKILLs
+# through Kafka, and copies racing their originals in every arrival order. Needs ../shared/corpus.
 bench-content: $(BENCH_STAMP) jars
 	$(PY) -m bench.extract_bench
 	$(PY) -m bench.neardup_bench
+	$(PY) -m bench.clueweb_bench
 	$(PY) -m bench.content_bench
 	$(PY) -m bench.race_bench
 

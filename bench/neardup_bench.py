@@ -47,6 +47,7 @@ from streams.pages.decode import DecodedPage, Skipped, decode_page
 from streams.pages.extract import extract_text
 from streams.pages.features import feature_hashes
 from streams.pages.simhash import simhash64
+from streams.pages.sketch import NearDuplicateRule, PageSignature, is_near_duplicate, match_rank
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MIN_F1 = 0.95
@@ -57,16 +58,27 @@ LSH_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 # --- systems -------------------------------------------------------------------------------------
 
 
-def run_ours(pages: Sequence[LabelledPage], settings: PageSettings) -> Run:
-    """End to end, as the stage does it: ``analyze_page``, then the text digest, then block tables."""
-    finder = _Finder(settings)
-    run = Run("ours (analyze_page end to end)", [])
+def run_ours(pages: Sequence[LabelledPage], settings: PageSettings,
+             rule: NearDuplicateRule | None = None) -> Run:
+    """End to end, as the stage does it: ``analyze_page``, then the text digest, then block tables.
+
+    With ``rule``, a candidate the tables bring up is decided by the page sketches
+    (:func:`streams.pages.sketch.is_near_duplicate`) instead of SimHash distance alone (issue 19).
+    """
+    finder = _Finder(settings) if rule is None else _SketchFinder(settings, rule)
+    run = Run("ours (analyze_page end to end)" + ("" if rule is None else ", sketch decision"), [])
     for page in pages:
         start = time.perf_counter()
-        analysis = analyze_page(page.record, settings)
+        analysis = analyze_page(page.record, settings, sketch=rule is not None)
         middle = time.perf_counter()
-        match = None if isinstance(analysis, Skipped) else finder.find_and_add(
-            len(run.matches), analysis.simhash, analysis.text_digest)
+        if isinstance(analysis, Skipped):
+            match = None
+        elif isinstance(finder, _SketchFinder):
+            assert analysis.sketch is not None
+            match = finder.find_and_add(len(run.matches), PageSignature(analysis.simhash, analysis.sketch),
+                                        analysis.text_digest)
+        else:
+            match = finder.find_and_add(len(run.matches), analysis.simhash, analysis.text_digest)
         run.fingerprint_s += middle - start
         run.index_s += time.perf_counter() - middle
         run.matches.append(match)
@@ -88,6 +100,32 @@ class _Finder:
             match = min(near, key=lambda pair: (pair[1], pair[0]))[0] if near else None
         self.digests.setdefault(text_digest, page)
         self.index.add(fingerprint, page)
+        return match
+
+
+class _SketchFinder:
+    """The decision of issue 19: an equal text digest first, else the best earlier page the tables bring
+    up that :func:`is_near_duplicate` accepts (ranked by :func:`match_rank`, then the earliest)."""
+
+    def __init__(self, settings: PageSettings, rule: NearDuplicateRule) -> None:
+        self.index: BlockIndex[int] = BlockIndex(design_for(settings))
+        self.rule = rule
+        self.digests: dict[bytes, int] = {}
+        self.signatures: dict[int, PageSignature] = {}
+
+    def find_and_add(self, page: int, signature: PageSignature, text_digest: bytes) -> int | None:
+        match = self.digests.get(text_digest)
+        if match is None:
+            best: tuple[tuple[int, int], int] | None = None
+            for fingerprint, item in self.index.candidates(signature.simhash):
+                stored, distance = self.signatures[item], (fingerprint ^ signature.simhash).bit_count()
+                if is_near_duplicate(signature, stored, distance, self.rule):
+                    ranked = (match_rank(signature, stored, distance), item)
+                    best = ranked if best is None or ranked < best else best
+            match = None if best is None else best[1]
+        self.digests.setdefault(text_digest, page)
+        self.signatures[page] = signature
+        self.index.add(signature.simhash, page)
         return match
 
 
