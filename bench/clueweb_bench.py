@@ -57,6 +57,7 @@ import json
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -67,8 +68,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from bench.neardup_set import CORPUS
+from streams.content_seen import ContentSeenStage
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.extract import normalise_text
@@ -85,6 +88,9 @@ from streams.pages.sketch import (
     resemblance,
     sketch_tokens,
 )
+from streams.runtime.offline import run_offline
+from streams.runtime.store import MemoryStore
+from streams.topics import Topics
 
 PAIRS = CORPUS / "copycat-clueweb" / "pairs.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -210,6 +216,23 @@ def decide(pair: Measured, rule: NearDuplicateRule) -> bool:
 
 
 # --- peers -----------------------------------------------------------------------------------------
+
+
+def stage_offline(pairs: Sequence[Pair]) -> list[bool]:
+    """Each pair through the page stage itself in offline mode (its probe, records and decision):
+    page ``a`` then page ``b`` into a fresh store; whether ``b``'s verdict is a duplicate."""
+    called = []
+    for pair in pairs:
+        ids = pair.id.split("__to__")
+        lines = [orjson.dumps({**page_record(doc, text), "fetched_at": f"2009-01-0{day}T00:00:00Z"})
+                 for day, doc, text in zip((1, 2), ids, (pair.a, pair.b), strict=True)]
+        with tempfile.TemporaryFile() as sink:
+            stage = ContentSeenStage(Topics("clueweb."), "clueweb")
+            run_offline(stage, MemoryStore(), lines, "clueweb.page-verdicts", out=sink)
+            sink.seek(0)
+            verdicts = [orjson.loads(line) for line in sink.read().splitlines()]
+        called.append(verdicts[-1]["verdict"] == "duplicate")
+    return called
 
 
 def words(text: str) -> list[str]:
@@ -461,6 +484,7 @@ def measure(path: Path, repeats: int, synthetic: bool) -> dict[str, Any]:
                                                                          for m in measured],
         "ours, features v2, SimHash within 3 bits": [m.exact or m.distance <= 3 for m in measured],
     }
+    systems["ours, the page stage itself (offline mode, a then b)"] = stage_offline(pairs)
     peers, notes = peer_predictions(pairs)
     systems.update(peers)
     sketch_us.sort()
@@ -552,6 +576,9 @@ def check(result: dict[str, Any]) -> list[str]:
     """The acceptance figures that fail (none: all pass)."""
     ours = result["systems"][0]
     failures = []
+    stage = next(row for row in result["systems"] if row["system"].startswith("ours, the page stage itself"))
+    if (stage["tp"], stage["fp"], stage["fn"]) != (ours["tp"], ours["fp"], ours["fn"]):
+        failures.append(f"the stage's offline verdicts differ from the decision measured: {stage}, {ours}")
     if ours["f1"] < MIN_F1 or ours["precision"] < MIN_PRECISION:
         failures.append(f"ClueWeb pairs at the default settings: F1 {ours['f1']}, precision "
                         f"{ours['precision']} (need {MIN_F1} and {MIN_PRECISION})")

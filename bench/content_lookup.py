@@ -44,6 +44,7 @@ from streams.pages import buckets
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.buckets import Page, Record
+from streams.pages.sketch import SKETCH_BYTES, NearDuplicateRule, sketch_shingles
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage
 from streams.runtime.rocks_tables import TableFormat
@@ -51,6 +52,7 @@ from streams.runtime.store import MemoryStore, RocksStore
 from streams.topics import Topics
 
 URL_FORMAT = "https://bench.example/%010d"
+SKETCH = sketch_shingles(np.arange(1, 600, dtype=np.uint64)).encode()  # a page of 600 word pairs
 BLOCK_CACHE_MB = 4096  # a worker holding 10^7 pages: its tables and records (2.9 GB) fit
 WRITE_BATCH = 200_000
 SAMPLE = 50
@@ -65,22 +67,26 @@ def _table_keys(design: BlockDesign, fingerprints: np.ndarray, table: int) -> np
 
 
 def _page(i: int, fingerprint: int) -> Page:
-    """Page i: fetched at i ms (partition 0, offset 0), digest and URL numbered i."""
-    return Page(buckets.order_key(i, 0, 0), fingerprint, b"%016d" % i, URL_FORMAT % i)
+    """Page i: fetched at i ms (partition 0, offset 0), digest and URL numbered i; every page has the
+    one sketch, so a planted near copy is accepted by the decision as its SimHash distance says."""
+    return Page(buckets.order_key(i, 0, 0), fingerprint, b"%016d" % i, URL_FORMAT % i, SKETCH)
 
 
 def _record_bytes(count: int) -> np.ndarray:
     """Every page's record (one page each: the fingerprints are distinct), as :meth:`Page.encode`."""
     numbers = np.arange(count)
-    head = np.zeros((count, 34), dtype=np.uint8)  # order (16) | digest (16) | URL length (2)
+    head_bytes = 32 + SKETCH_BYTES + 2  # order (16) | digest (16) | sketch | URL length (2)
+    head = np.zeros((count, head_bytes), dtype=np.uint8)
     head[:, :8] = numbers.astype(">u8").view(np.uint8).reshape(count, 8)
     head[:, 16:32] = np.char.zfill(numbers.astype("S16"), 16).view(np.uint8).reshape(count, 16)
-    head[:, 32:34] = np.full(count, len(URL_FORMAT % 0), dtype=">u2").view(np.uint8).reshape(count, 2)
+    head[:, 32:32 + SKETCH_BYTES] = np.frombuffer(SKETCH, dtype=np.uint8)
+    url_length = np.full(count, len(URL_FORMAT % 0), dtype=">u2")
+    head[:, head_bytes - 2:] = url_length.view(np.uint8).reshape(count, 2)
     urls = np.char.add(b"https://bench.example/", np.char.zfill(numbers.astype("S10"), 10))
-    width = 34 + len(URL_FORMAT % 0)
+    width = head_bytes + len(URL_FORMAT % 0)
     records = np.zeros((count, width), dtype=np.uint8)
-    records[:, :34] = head
-    records[:, 34:] = urls.view(np.uint8).reshape(count, width - 34)
+    records[:, :head_bytes] = head
+    records[:, head_bytes:] = urls.view(np.uint8).reshape(count, width - head_bytes)
     return records
 
 
@@ -173,8 +179,10 @@ def queries(fingerprints: np.ndarray, count: int, k: int, seed: int = 2) -> list
 
 
 def lookup(store: RocksStore, design: BlockDesign, probes: list[tuple[int, bool]], k: int) -> dict[str, Any]:
-    """Time the lookups of ``probes``, each as the stage's probes of all tables do it (without inserting)."""
+    """Time the lookups of ``probes``, each as the stage's probes of all tables do it (without inserting):
+    the records of slots within the default decision's radius are read, and its sketches compared."""
     late = buckets.order_key(2**62, 0, 0)
+    rule = NearDuplicateRule()
     found = candidates = 0
 
     def read(simhash: int) -> Record:
@@ -182,12 +190,12 @@ def lookup(store: RocksStore, design: BlockDesign, probes: list[tuple[int, bool]
 
     began = time.perf_counter()
     for fingerprint, planted in probes:
-        page = Page(late, fingerprint, b"q" * 16, "https://query.example/")
+        page = Page(late, fingerprint, b"q" * 16, "https://query.example/", SKETCH)
         best = None
         for key in design.keys(fingerprint):
             bucket = buckets.decode_bucket(store.get(b"t" + key))
             candidates += len(bucket)
-            best = best or buckets.meet(bucket, page, k, read).best
+            best = best or buckets.meet(bucket, page, read, rule).best
         found += planted and best is not None
     seconds = time.perf_counter() - began
     return {"lookups": len(probes), "us_per_lookup": round(seconds / len(probes) * 1e6, 1),

@@ -52,9 +52,9 @@ SECTIONS = (
             "seen-set. The profile and canonicalization version are stored with the state; changing "
             "them needs `python -m streams url-dedup-migrate`."),
     Section("content_seen", ContentSeenSettings,
-            "The page stage ([docs/content-seen.md](docs/content-seen.md)). Every field but the last three "
-            "changes the fingerprints or block tables: the state records them and a worker started "
-            "with other values refuses it."),
+            "The page stage ([docs/content-seen.md](docs/content-seen.md)). The fields up to "
+            "`min_main_chars` change the fingerprints or block tables: the state records them and a "
+            "worker started with other values refuses it. The others can change between runs."),
     Section("revisit", RevisitSettings,
             "The revisit stage ([docs/revisit.md](docs/revisit.md)): the policy, its budget and bounds, and "
             "the change features."),
@@ -147,8 +147,8 @@ MEANINGS = {
         "through the shard topic (`streams/urls/recent.py`); about 90 bytes each, so about 90 MB "
         "at the default; 0 keeps almost none",
     ("content_seen", "hamming_threshold"):
-        "pages whose 64-bit SimHashes differ in at most this many bits are near-duplicates; the "
-        "block tables are built for it",
+        "the block tables are built for it: every stored page whose 64-bit SimHash differs in at most "
+        "this many bits shares a table key and is a candidate (the sketch decides, up to `near_radius`)",
     ("content_seen", "expected_pages"):
         "pages stored over all shards together; sizes the block design (10 tables for 10^7 at 3 bits)",
     ("content_seen", "shingle_words"):
@@ -168,6 +168,13 @@ MEANINGS = {
         "MiB of page records a worker holds in memory until their verdicts; it takes no new pages "
         "while three quarters of it are in flight (a page evicted, or held by no worker, is read "
         "back from the input topic)",
+    ("content_seen", "near_radius"):
+        "a page the block tables bring up (it shares a table key) within this many bits is compared "
+        "by its word-pair sketch ([docs/near-duplicates.md](docs/near-duplicates.md))",
+    ("content_seen", "near_min_resemblance"):
+        "near copy: estimated Jaccard resemblance of the two pages' word pairs at least this",
+    ("content_seen", "near_min_length_ratio"):
+        "near copy: the smaller page has at least this share of the larger's distinct word pairs",
     ("revisit", "policy"):
         "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule) or `fixed`",
     ("revisit", "budget_fetches_per_page_per_day"):

@@ -62,6 +62,7 @@ from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
 from streams.pages.intake import Intake
 from streams.pages.relay import MARK, PROGRESS, Relay, progress_of
+from streams.pages.sketch import SKETCH_BYTES, SKETCH_VERSION, NearDuplicateRule, empty_sketch
 from streams.pages.waiting import (
     PageCache,
     Source,
@@ -86,11 +87,12 @@ PAGE, PROBE, REPLY, NOTICE = b"P", b"Q", b"R", b"N"
 DRAIN = b"D"  # "go on": the front of a gather shard's queue was taken off up to the limit
 DECIDE = b"E"  # a page off the queue: decide it (one page's outputs per shard record)
 DECISIONS_PER_RECORD = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
-_PROBE_HEAD = struct.Struct(">16sQ16s")
+_PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
 # PlainTable's hash index hashes this much of each state key: ``t`` and a whole bucket key of the
 # default design (table byte and 4 bytes of blocks), ``s`` and 5 bytes of a record's SimHash.
 STATE_KEY_PREFIX_BYTES = 6
 MAX_URL_BYTES = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
+EMPTY_SKETCH = empty_sketch().encode()
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,26 @@ class ContentSeenSettings(PageSettings):
     max_bucket_entries: int = 64     # slots a bucket keeps, pages a SimHash record keeps (the earliest)
     analysis_processes: int = 0      # child processes analysing pages in parallel (0: in the worker)
     page_cache_mb: int = 512         # input records of pages awaiting their verdict, kept in memory
+    # The near-duplicate decision on the tables' candidates (streams/pages/sketch.py, NearDuplicateRule):
+    near_radius: int = 10              # SimHash bits a candidate may differ in
+    near_min_resemblance: float = 0.65  # estimated Jaccard resemblance of the word pairs
+    near_min_length_ratio: float = 0.96  # the smaller page's share of the larger's distinct word pairs
+
+    def near_rule(self) -> NearDuplicateRule:
+        try:
+            return NearDuplicateRule(self.near_radius, self.near_min_resemblance, self.near_min_length_ratio)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
 
 
 def fingerprint_space(settings: PageSettings) -> bytes:
-    """What the stored fingerprints and table keys depend on: every page-analysis setting, and the
-    versions of the main-text extraction and of the features (bumped when their output changes)."""
+    """What the stored fingerprints, sketches and table keys depend on: every page-analysis setting,
+    and the versions of the main-text extraction, the features and the sketch (bumped when their
+    output changes). The near-duplicate rule's thresholds are not in it: they decide, and store
+    nothing."""
     fields: dict[str, object] = {f.name: getattr(settings, f.name) for f in dataclasses.fields(PageSettings)}
-    fields.update(extraction_version=EXTRACTION_VERSION, features_version=FEATURES_VERSION)
+    fields.update(extraction_version=EXTRACTION_VERSION, features_version=FEATURES_VERSION,
+                  sketch_version=SKETCH_VERSION)
     return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
 
 
@@ -139,6 +154,7 @@ class ContentSeenStage:
         self.state_topic = self.topics.shards(self.app_id, self.name)
         self._design = design_for(self.settings)
         self._design_id = fingerprint_space(self.settings)
+        self._rule = self.settings.near_rule()
         self._checked: set[int] = set()
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
         self._intake = Intake(self.settings, self.settings.analysis_processes, self.max_record_bytes,
@@ -196,10 +212,10 @@ class ContentSeenStage:
 
     def _refuse_other_design(self, partition: int, found: bytes, layout: bytes | None) -> None:
         if found != self._design_id:
-            raise ConfigError(
-                f"shard {partition} holds block tables built as {found.decode(errors='replace')}, this "
-                f"worker uses {self._design_id.decode()}: keep the old settings, or start a new app_id")
-        if layout != buckets.LAYOUT:  # layout 1 recorded none: order, digest and URL in every slot
+            raise ConfigError(f"shard {partition} holds block tables built otherwise than this worker's: "
+                              f"{_differences(found, self._design_id)}; keep the old settings (a version "
+                              "cannot be kept: start a new app_id, and replay the pages to rebuild them)")
+        if layout != buckets.LAYOUT:  # 1 recorded none (order, digest, URL in every slot); 2 had no sketch
             old = (layout or b"1").decode(errors="replace")
             raise StateError(
                 f"shard {partition} holds content-seen state in layout {old}, this version reads layout "
@@ -225,7 +241,8 @@ class ContentSeenStage:
             self.decisions["skipped"] += 1
             return [self._verdict(record["url"], "skipped", reason=analysis.reason)]
         order = page_order(record, message)
-        page = Page(order, analysis.simhash, analysis.text_digest, record["url"])
+        sketch = analysis.sketch.encode() if analysis.sketch is not None else EMPTY_SKETCH
+        page = Page(order, analysis.simhash, analysis.text_digest, record["url"], sketch)
         table_keys = self._design.keys(analysis.simhash)
         source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
         head = PAGE + encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
@@ -272,8 +289,8 @@ class ContentSeenStage:
         """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
         into the bucket (records first, so a full bucket can rank the new slot by its earliest page).
         The reply goes to the page; a notice to each later page met (it was probed first)."""
-        order, simhash, digest = _PROBE_HEAD.unpack_from(body)
-        page = Page(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"))
+        order, simhash, digest, sketch = _PROBE_HEAD.unpack_from(body)
+        page = Page(order, simhash, digest, body[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass"), sketch)
         records: dict[int, Record] = {}
 
         def read(slot: int) -> Record:
@@ -283,7 +300,7 @@ class ContentSeenStage:
 
         limit = self.settings.max_bucket_entries
         bucket = buckets.decode_bucket(state.get(b"t" + table_key))
-        met = buckets.meet(bucket, page, self.settings.hamming_threshold, read)
+        met = buckets.meet(bucket, page, read, self._rule)
         grown = buckets.with_page(read(simhash), page, limit)
         if grown is not None:
             records[simhash] = grown
@@ -385,8 +402,18 @@ class ContentSeenStage:
 
 def probe_value(page: Page) -> bytes:
     """A probe's shard record value (its key is the table key): order, SimHash, digest, URL."""
-    return PROBE + _PROBE_HEAD.pack(page.order, page.simhash, page.text_digest) + page.url.encode(
-        "utf-8", "surrogatepass")
+    head = _PROBE_HEAD.pack(page.order, page.simhash, page.text_digest, page.sketch)
+    return PROBE + head + page.url.encode("utf-8", "surrogatepass")
+
+
+def _differences(found: bytes, mine: bytes) -> str:
+    """The settings and versions two fingerprint spaces differ in, as ``name stored -> this worker's``."""
+    try:
+        stored, wanted = orjson.loads(found), orjson.loads(mine)
+    except orjson.JSONDecodeError:
+        return f"{found.decode(errors='replace')} -> {mine.decode()}"
+    names = sorted(name for name in {*stored, *wanted} if stored.get(name) != wanted.get(name))
+    return ", ".join(f"{name} {stored.get(name)!r} -> {wanted.get(name)!r}" for name in names)
 
 
 def _check_url_length(url: str) -> None:

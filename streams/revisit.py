@@ -186,7 +186,7 @@ def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings
     A body the analysis does not read (binary, another media type, empty) still gets its body
     digest, so a PDF's change is seen; error statuses, 304s and HEADs carry no content to compare.
     """
-    analysis = analyze_page(record, settings, body)
+    analysis = analyze_page(record, settings, body, sketch=False)  # it compares SimHashes only
     if isinstance(analysis, PageAnalysis):
         return {"body_digest": digest(body).hex(), "text_digest": analysis.text_digest.hex(),
                 "simhash": analysis.simhash}

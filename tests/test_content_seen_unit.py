@@ -44,7 +44,7 @@ def test_a_shard_built_with_other_settings_is_refused() -> None:
     pages = simweb.crawl(seed=1, articles=2)
     assert len(_verdicts(ContentSeenStage(TOPICS, "a"), store, pages)) == len(pages)
     other = ContentSeenStage(TOPICS, "a", ContentSeenSettings(hamming_threshold=4))
-    with pytest.raises(ConfigError, match="block tables built as"):
+    with pytest.raises(ConfigError, match="built otherwise.*hamming_threshold 3 -> 4"):
         other.open_shard(0, store)
 
 
@@ -55,14 +55,17 @@ def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     assert kinds <= {b"t", b"s", b"m"}, kinds  # buckets, records, metadata; no page or progress left
 
 
-def test_a_shard_in_the_old_layout_is_refused() -> None:
-    """Layout 1 recorded the design but no layout: its buckets would be misread as slots."""
+@pytest.mark.parametrize(("recorded", "named"), [
+    (None, "layout 1"),  # recorded the design but no layout: its buckets would be misread as slots
+    (b"2", "layout 2"),  # records without sketches: misread as records with them
+])
+def test_a_shard_in_an_old_layout_is_refused(recorded: bytes | None, named: str) -> None:
     store = MemoryStore()
     pages = simweb.crawl(seed=2, articles=2)
     _verdicts(ContentSeenStage(TOPICS, "a"), store, pages)
     assert store.get(LAYOUT_KEY) == buckets.LAYOUT
-    store.apply({LAYOUT_KEY: None}, None)
-    with pytest.raises(StateError, match="layout 1"):
+    store.apply({LAYOUT_KEY: recorded}, None)
+    with pytest.raises(StateError, match=named):
         ContentSeenStage(TOPICS, "a").open_shard(0, store)
 
 

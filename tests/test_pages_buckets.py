@@ -3,6 +3,7 @@ pages to tell), the insert rules."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,10 +11,20 @@ from hypothesis import strategies as st
 from streams.errors import StateError
 from streams.pages import buckets
 from streams.pages.buckets import Match, Page, Record
+from streams.pages.sketch import SKETCH_BYTES, SLOTS, NearDuplicateRule, sketch_shingles
+
+RULE = NearDuplicateRule(radius=3)  # the tables' own k: the tests below are about distances
+SAME = sketch_shingles(np.arange(1, 400, dtype=np.uint64)).encode()  # one text's word pairs
+OTHER = sketch_shingles(np.arange(10_000, 10_400, dtype=np.uint64)).encode()  # another text's
 
 
-def page(order: int, simhash: int, url: str, digest: bytes = b"d" * 16) -> Page:
-    return Page(buckets.order_key(order, 0, 0), simhash, digest, url)
+def page(order: int, simhash: int, url: str, digest: bytes = b"d" * 16, sketch: bytes = SAME) -> Page:
+    return Page(buckets.order_key(order, 0, 0), simhash, digest, url, sketch)
+
+
+def match(order: int, url: str, distance: int, exact: bool) -> Match:
+    """A match between pages with the same sketch: every bin agrees."""
+    return Match(buckets.order_key(order, 0, 0), url, distance, exact, SLOTS)
 
 
 def reader(*pages: Page) -> buckets.RecordReader:
@@ -26,12 +37,13 @@ def reader(*pages: Page) -> buckets.RecordReader:
 
 def probe(stored: list[Page], query: Page) -> Match | None:
     bucket = sorted({p.simhash for p in stored})
-    return buckets.meet(bucket, query, 3, reader(*stored)).best
+    return buckets.meet(bucket, query, reader(*stored), RULE).best
 
 
 simhashes = st.integers(min_value=0, max_value=2**64 - 1)
 pages = st.builds(Page, order=st.binary(min_size=16, max_size=16), simhash=st.just(7),
-                  text_digest=st.binary(min_size=16, max_size=16), url=st.text(max_size=200))
+                  text_digest=st.binary(min_size=16, max_size=16), url=st.text(max_size=200),
+                  sketch=st.binary(min_size=SKETCH_BYTES, max_size=SKETCH_BYTES))
 
 
 @given(st.lists(simhashes, max_size=20))
@@ -72,24 +84,24 @@ PAGE = page(10, 0b1111, "https://b.example/x", b"p" * 16)
     # later pages are never the original of an earlier page
     ([page(11, 0b1111, "https://a.example/")], None),
     # an unchanged refetch of the same URL is a copy of its earlier fetch
-    ([page(1, 0b1111, "https://b.example/x")], Match(buckets.order_key(1, 0, 0), "https://b.example/x", 0,
-                                                     False)),
+    ([page(1, 0b1111, "https://b.example/x")], match(1, "https://b.example/x", 0, False)),
     # over the threshold (4 bits)
     ([page(1, 0b1111 ^ 0b1111 << 8, "https://a.example/")], None),
     # within the threshold
-    ([page(1, 0b1110, "https://a.example/")], Match(buckets.order_key(1, 0, 0), "https://a.example/", 1,
-                                                   False)),
+    ([page(1, 0b1110, "https://a.example/")], match(1, "https://a.example/", 1, False)),
+    # within the threshold, but another text (the sketches disagree)
+    ([page(1, 0b1110, "https://other.example/", sketch=OTHER)], None),
     # exact copy beats a nearer-in-time near copy; nearest beats earliest
     ([page(1, 0b1100, "https://n.example/"), page(2, 0b1111, "https://e.example/", b"p" * 16)],
-     Match(buckets.order_key(2, 0, 0), "https://e.example/", 0, True)),
+     match(2, "https://e.example/", 0, True)),
     ([page(1, 0b1100, "https://far.example/"), page(2, 0b1110, "https://near.example/")],
-     Match(buckets.order_key(2, 0, 0), "https://near.example/", 1, False)),
+     match(2, "https://near.example/", 1, False)),
     ([page(2, 0b1110, "https://late.example/"), page(1, 0b1101, "https://early.example/")],
-     Match(buckets.order_key(1, 0, 0), "https://early.example/", 1, False)),
+     match(1, "https://early.example/", 1, False)),
     # two pages of one SimHash: the exact one first, and only earlier ones
     ([page(1, 0b1111, "https://near.example/"), page(3, 0b1111, "https://exact.example/", b"p" * 16),
       page(12, 0b1111, "https://later.example/", b"p" * 16)],
-     Match(buckets.order_key(3, 0, 0), "https://exact.example/", 0, True)),
+     match(3, "https://exact.example/", 0, True)),
 ])
 def test_best_match(stored: list[Page], expected: Match | None) -> None:
     assert probe(stored, PAGE) == expected
@@ -103,13 +115,13 @@ def test_only_records_of_slots_within_the_threshold_are_read() -> None:
         read.append(simhash)
         return stored(simhash)
 
-    buckets.meet([0b1110, 0b1111 ^ 0xFFFF << 16], PAGE, 3, tracking)
+    buckets.meet([0b1110, 0b1111 ^ 0xFFFF << 16], PAGE, tracking, RULE)
     assert read == [0b1110]
 
 
 def test_a_slot_without_its_record_is_an_error() -> None:
     with pytest.raises(StateError, match="no record"):
-        buckets.meet([0b1111], PAGE, 3, reader())
+        buckets.meet([0b1111], PAGE, reader(), RULE)
 
 
 def test_later_pages_met_are_told_with_the_probing_page_as_their_match() -> None:
@@ -118,11 +130,21 @@ def test_later_pages_met_are_told_with_the_probing_page_as_their_match() -> None
     far_later = page(40, 0b1111 ^ 0xFFFF << 16, "https://far-later.example/")
     earlier = page(1, 0b1111, "https://earlier.example/")
     stored = [near_later, exact_later, far_later, earlier]
-    met = buckets.meet(sorted({p.simhash for p in stored}), PAGE, 3, reader(*stored))
-    assert met.best == Match(earlier.order, earlier.url, 0, False)
+    met = buckets.meet(sorted({p.simhash for p in stored}), PAGE, reader(*stored), RULE)
+    assert met.best == match(1, earlier.url, 0, False)
     assert sorted(met.later) == sorted([
-        (near_later.order, Match(PAGE.order, PAGE.url, 1, False)),
-        (exact_later.order, Match(PAGE.order, PAGE.url, 0, True))])
+        (near_later.order, match(10, PAGE.url, 1, False)),
+        (exact_later.order, match(10, PAGE.url, 0, True))])
+
+
+def test_the_rule_takes_candidates_beyond_the_tables_threshold_when_their_sketches_agree() -> None:
+    """Within the rule's radius (10 bits), a page of the same word pairs is a near copy; a page of
+    other word pairs is not, even at 1 bit; the most agreeing sketch ranks before the nearest SimHash."""
+    eight_bits = page(1, 0b1111 ^ 0xFF << 20, "https://eight.example/")
+    other_text = page(2, 0b1110, "https://other.example/", sketch=OTHER)
+    met = buckets.meet(sorted({eight_bits.simhash, other_text.simhash}), PAGE, reader(eight_bits, other_text))
+    assert met.best == match(1, eight_bits.url, 8, False)
+    assert buckets.meet([eight_bits.simhash], PAGE, reader(eight_bits), RULE).best is None  # radius 3
 
 
 def test_later_exact_copies_stored_first_stay_to_be_told_of_earlier_pages() -> None:
@@ -185,7 +207,7 @@ def test_racing_near_copies_meet_whichever_probes_first(simhash_a: int, flip: in
     for probing in (first, second):
         def read(simhash: int) -> Record:
             return records.get(simhash, [])
-        met = buckets.meet(bucket, probing, 3, read)
+        met = buckets.meet(bucket, probing, read, RULE)
         found[probing.url] += [met.best] if met.best is not None else []
         for later, match in met.later:
             found[urls[later]].append(match)

@@ -93,12 +93,12 @@ def test_a_queued_page_is_decided_once_its_horizon_is_covered_with_its_best_matc
     store = MemoryStore()
     page = _arrive(store, 10, offset=0)
     assert _reply(store, page) is False
-    earlier = Match(order_key(1, 0, 5), "https://earlier.example/", 2, False)
+    earlier = Match(order_key(1, 0, 5), "https://earlier.example/", 2, False, 200)
     assert _reply(store, page, earlier) is True  # all replies in: it now waits for its horizon only
     assert _progress(store, 0, routed=1, ends=6) == ([], False)  # own offset covered: horizon 6 taken
     state = BatchState(store)
-    assert gather.notice(state, page, encode_match(Match(order_key(0, 0, 4), "https://first.example/", 2,
-                                                         False)))
+    first = Match(order_key(0, 0, 4), "https://first.example/", 2, False, 200)
+    assert gather.notice(state, page, encode_match(first))
     store.apply(state.writes, None)
     found, drain = _progress(store, 0, routed=6, ends=6)
     assert [ready.best.url for ready in found if ready.best] == ["https://first.example/"] and not drain
@@ -136,6 +136,6 @@ def test_a_page_decided_on_its_replies_alone_offline() -> None:
 def test_a_notice_for_a_page_that_is_not_queued_changes_nothing() -> None:
     store = MemoryStore()
     state = BatchState(store)
-    match = Match(order_key(0, 0, 0), "https://a.example/", 1, False)
+    match = Match(order_key(0, 0, 0), "https://a.example/", 1, False, 256)
     assert not gather.notice(state, order_key(1, 0, 0), encode_match(match))
     assert state.writes == {}

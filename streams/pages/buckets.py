@@ -5,15 +5,18 @@ up in every table of the block design (:mod:`streams.pages.blocks`); each table 
 *bucket* of the fingerprints stored under it. Here a bucket is one value in the shard's store, so
 a probe is one point read, changelogged like any other state when it inserts.
 
-State layout 2 (:data:`LAYOUT`). A bucket holds *slots*: the distinct SimHashes stored under its
-key, 8 bytes each, which is all a probe needs to rule a stored page out (over the Hamming
-threshold), as it nearly always does. The pages themselves are in the shard's *record* of their
-SimHash, read only for a slot within the threshold: ``order (16) | text_digest (16) |
+State layout 3 (:data:`LAYOUT`). A bucket holds *slots*: the distinct SimHashes stored under its
+key, 8 bytes each, which is all a probe needs to rule a stored page out (over the decision's
+radius), as it nearly always does. The pages themselves are in the shard's *record* of their
+SimHash, read only for a slot within the radius: ``order (16) | text_digest (16) | sketch (36) |
 url_length (2) | url`` per page, earliest first. Pages with one SimHash share its record, so every
 table reaching it in the shard reads the same one, and an exact copy (same text, so same SimHash)
-is found there. Layout 1 repeated order, digest and URL in every slot of every table: 74 bytes a
-slot for the benchmark's 32-byte URLs against 8, so at 10^7 pages the tables outgrew any
-reasonable block cache and a lookup's reads went to disk (``bench/content_lookup.py``).
+is found there. A page within the radius is a near copy when :func:`streams.pages.sketch.is_near_duplicate`
+says so: the SimHash tables find the candidates, the word-pair sketch each entry keeps decides
+(Henzinger, SIGIR 2006). Layout 2 had no sketch; layout 1 repeated order, digest and URL in every
+slot of every table: 74 bytes a slot for the benchmark's 32-byte URLs against 8, so at 10^7 pages
+the tables outgrew any reasonable block cache and a lookup's reads went to disk
+(``bench/content_lookup.py``).
 
 Pages carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
 all big-endian) so that "earlier" means the same thing on every partition. A probe reports the
@@ -30,12 +33,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streams.errors import StateError
+from streams.pages.sketch import (
+    DEFAULT_RULE,
+    SKETCH_BYTES,
+    NearDuplicateRule,
+    PageSignature,
+    Sketch,
+    is_near_duplicate,
+    matching_bins,
+)
 
-LAYOUT = b"2"  # recorded per shard: a shard in another layout is refused, never misread
+LAYOUT = b"3"  # recorded per shard: a shard in another layout is refused, never misread
 ORDER_BYTES = 16
 DIGEST_BYTES = 16
 SLOT_BYTES = 8
-_PAGE_HEAD = struct.Struct(">16s16sH")  # order, text digest, URL length
+_PAGE_HEAD = struct.Struct(f">16s16s{SKETCH_BYTES}sH")  # order, text digest, sketch, URL length
 MAX_URL_BYTES = 0xFFFF
 
 Record = list["Page"]
@@ -44,30 +56,36 @@ RecordReader = Callable[[int], Record]  # SimHash -> its record's pages ([] when
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One stored page, or the page a probe looks up."""
+    """One stored page, or the page a probe looks up; ``sketch`` is :meth:`Sketch.encode`'s bytes."""
 
     order: bytes
     simhash: int
     text_digest: bytes
     url: str
+    sketch: bytes
 
     def encode(self) -> bytes:
         """The page as its SimHash's record stores it (the SimHash is the record's key)."""
         url = self.url.encode("utf-8", "surrogatepass")[:MAX_URL_BYTES]
-        return _PAGE_HEAD.pack(self.order, self.text_digest, len(url)) + url
+        return _PAGE_HEAD.pack(self.order, self.text_digest, self.sketch, len(url)) + url
+
+    def signature(self) -> PageSignature:
+        return PageSignature(self.simhash, Sketch.decode(self.sketch))
 
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The best earlier page a probe found: exact copies first, then the nearest, then the earliest."""
+    """An earlier page met: exact copies first, then the most agreeing sketch bins, then the nearest
+    SimHash, then the earliest (:func:`streams.pages.sketch.match_rank`)."""
 
     order: bytes
     url: str
     distance: int
     exact: bool
+    agreement: int  # sketch bins that agree, of 256 (all of them for an exact copy)
 
-    def rank(self) -> tuple[bool, int, bytes]:
-        return (not self.exact, self.distance, self.order)
+    def rank(self) -> tuple[bool, int, int, bytes]:
+        return (not self.exact, -self.agreement, self.distance, self.order)
 
 
 def order_key(timestamp_ms: int, partition: int, offset: int) -> bytes:
@@ -100,11 +118,11 @@ def decode_record(raw: bytes | None, simhash: int) -> Record:
         return pages
     view, position = memoryview(raw), 0
     while position < len(raw):
-        order, digest, url_length = _PAGE_HEAD.unpack_from(view, position)
+        order, digest, sketch, url_length = _PAGE_HEAD.unpack_from(view, position)
         position += _PAGE_HEAD.size
         url = bytes(view[position:position + url_length]).decode("utf-8", "surrogatepass")
         position += url_length
-        pages.append(Page(order, simhash, digest, url))
+        pages.append(Page(order, simhash, digest, url, sketch))
     return pages
 
 
@@ -121,29 +139,41 @@ class Meeting:
     later: list[tuple[bytes, Match]]
 
 
-def meet(bucket: list[int], page: Page, hamming_threshold: int, read: RecordReader) -> Meeting:
-    """The stored pages within ``hamming_threshold`` bits of ``page``: the best earlier one, and
-    every later one (a page probed before ``page`` although ``page`` is earlier).
+def meet(bucket: list[int], page: Page, read: RecordReader,
+         rule: NearDuplicateRule = DEFAULT_RULE) -> Meeting:
+    """The stored pages that are copies of ``page`` or it of them: the best earlier one, and every
+    later one (a page probed before ``page`` although ``page`` is earlier).
 
-    Only the records of slots within the threshold are read. An earlier fetch of the same URL
-    counts like any other page: an unchanged refetch is reported as a copy of its own earlier
-    fetch, so its content is not passed on as new a second time.
+    A copy is exact (the same text digest) or near: within ``rule.radius`` bits and judged so by
+    the pages' sketches (:func:`streams.pages.sketch.is_near_duplicate`, symmetric, so either page
+    of a pair decides alike whichever is probed first). Only the records of slots within the radius
+    are read. An earlier fetch of the same URL counts like any other page: an unchanged refetch is
+    reported as a copy of its own earlier fetch, so its content is not passed on as new a second
+    time.
     """
     best: Match | None = None
     later: list[tuple[bytes, Match]] = []
+    mine: PageSignature | None = None
     for simhash in bucket:
         distance = (simhash ^ page.simhash).bit_count()
-        if distance > hamming_threshold:
+        if distance > rule.radius:
             continue
         stored = read(simhash)
         if not stored:
             raise StateError(f"slot {simhash:016x} has no record")
         for other in stored:
+            if other.order == page.order:
+                continue
             exact = other.text_digest == page.text_digest
+            if not exact:
+                mine = mine or page.signature()
+                if not is_near_duplicate(mine, other.signature(), distance, rule):
+                    continue
+            agreement = matching_bins(Sketch.decode(page.sketch), Sketch.decode(other.sketch))
             if other.order > page.order:
-                later.append((other.order, Match(page.order, page.url, distance, exact)))
-            elif other.order < page.order:
-                found = Match(other.order, other.url, distance, exact)
+                later.append((other.order, Match(page.order, page.url, distance, exact, agreement)))
+            else:
+                found = Match(other.order, other.url, distance, exact, agreement)
                 if best is None or found.rank() < best.rank():
                     best = found
     return Meeting(best, later)

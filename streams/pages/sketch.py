@@ -142,6 +142,11 @@ class NearDuplicateRule:
 DEFAULT_RULE: Final = NearDuplicateRule()
 
 
+def empty_sketch() -> Sketch:
+    """The sketch of a text without tokens: all bits 0, no shingles."""
+    return Sketch(bytes(BINS_BYTES), 0)
+
+
 def sketch_tokens(tokens: U64Array, shingle_words: int = SHINGLE_WORDS, seed: int = SEED) -> Sketch:
     """The sketch of a text's token hashes (:func:`streams.pages.features.text_tokens`, in text
     order): its distinct ``shingle_words``-shingles, one permutation hashed into 256 bins, empty bins

@@ -31,7 +31,7 @@ import orjson
 from streams.pages.buckets import Match
 from streams.pages.simhash import to_hex
 
-_REPLY_HEAD = struct.Struct(">16sBB")
+_REPLY_HEAD = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
 _PROGRESS = struct.Struct(">HH")
 
 
@@ -77,15 +77,16 @@ def old_form_record(value: bytes, head: dict[str, Any]) -> dict[str, Any]:
 def encode_match(match: Match | None) -> bytes:
     if match is None:
         return b""
-    return _REPLY_HEAD.pack(match.order, match.distance, match.exact) + match.url.encode(
+    return _REPLY_HEAD.pack(match.order, match.distance, match.exact, match.agreement) + match.url.encode(
         "utf-8", "surrogatepass")
 
 
 def decode_match(raw: bytes) -> Match | None:
     if not raw:
         return None
-    order, distance, exact = _REPLY_HEAD.unpack_from(raw)
-    return Match(order, raw[_REPLY_HEAD.size:].decode("utf-8", "surrogatepass"), distance, bool(exact))
+    order, distance, exact, agreement = _REPLY_HEAD.unpack_from(raw)
+    url = raw[_REPLY_HEAD.size:].decode("utf-8", "surrogatepass")
+    return Match(order, url, distance, bool(exact), agreement)
 
 
 def better(current: Match | None, found: Match | None) -> Match | None:
