@@ -25,7 +25,6 @@ from bench.neardup_transforms import (
 from streams.pages.analyze import PageSettings
 from streams.pages.decode import DecodedPage, decode_page
 from streams.pages.extract import extract_text
-from streams.pages.sketch import DEFAULT_RULE
 
 ARTICLE = " ".join(f"Sentence {n} of the article tells what happened on day {n} at the market."
                    for n in range(40))
@@ -51,6 +50,8 @@ def labelled() -> list[LabelledPage]:
 
 
 def test_default_settings_find_near_duplicates(labelled: list[LabelledPage]) -> None:
+    """The stage's decision (the tables' candidates, checked by the page sketches) on the labelled set:
+    F1 at least 0.95, and CJK recall not under its figure before issue 19 (0.929)."""
     run = run_ours(labelled, PageSettings())
     total = score(labelled, run.matches)
     cjk = score(labelled, run.matches, lambda page: page.cjk)
@@ -59,17 +60,6 @@ def test_default_settings_find_near_duplicates(labelled: list[LabelledPage]) -> 
     assert total.f1 >= 0.95, report
     assert total.precision >= 0.99, report
     assert cjk.true_positives + cjk.false_negatives >= 100, report  # enough CJK duplicates to compare
-    assert cjk.recall >= other.recall - 0.05, report
-
-
-def test_sketch_decision_keeps_the_labelled_set(labelled: list[LabelledPage]) -> None:
-    """Issue 19's decision (the tables' candidates, checked by the page sketches) is the second gate:
-    F1 at least 0.95 and CJK recall not under its figure before (0.929)."""
-    run = run_ours(labelled, PageSettings(), DEFAULT_RULE)
-    total = score(labelled, run.matches)
-    cjk = score(labelled, run.matches, lambda page: page.cjk)
-    report = f"all {total.as_dict()}, CJK {cjk.as_dict()}"
-    assert total.f1 >= 0.95 and total.precision >= 0.99, report
     assert cjk.recall >= 0.929, report
 
 
