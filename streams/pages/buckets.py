@@ -36,11 +36,11 @@ from streams.errors import StateError
 from streams.pages.sketch import (
     DEFAULT_RULE,
     SKETCH_BYTES,
+    SLOTS,
     NearDuplicateRule,
-    PageSignature,
-    Sketch,
-    is_near_duplicate,
-    matching_bins,
+    SketchBits,
+    agreement,
+    sketch_bits,
 )
 
 LAYOUT = b"3"  # recorded per shard: a shard in another layout is refused, never misread
@@ -68,9 +68,6 @@ class Page:
         """The page as its SimHash's record stores it (the SimHash is the record's key)."""
         url = self.url.encode("utf-8", "surrogatepass")[:MAX_URL_BYTES]
         return _PAGE_HEAD.pack(self.order, self.text_digest, self.sketch, len(url)) + url
-
-    def signature(self) -> PageSignature:
-        return PageSignature(self.simhash, Sketch.decode(self.sketch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +150,7 @@ def meet(bucket: list[int], page: Page, read: RecordReader,
     """
     best: Match | None = None
     later: list[tuple[bytes, Match]] = []
-    mine: PageSignature | None = None
+    mine: SketchBits | None = None
     for simhash in bucket:
         distance = (simhash ^ page.simhash).bit_count()
         if distance > rule.radius:
@@ -165,15 +162,17 @@ def meet(bucket: list[int], page: Page, read: RecordReader,
             if other.order == page.order:
                 continue
             exact = other.text_digest == page.text_digest
+            agreeing = SLOTS  # the same text: the same sketch
             if not exact:
-                mine = mine or page.signature()
-                if not is_near_duplicate(mine, other.signature(), distance, rule):
+                mine = mine or sketch_bits(page.sketch)
+                near = agreement(mine, sketch_bits(other.sketch), distance, rule)
+                if near is None:
                     continue
-            agreement = matching_bins(Sketch.decode(page.sketch), Sketch.decode(other.sketch))
+                agreeing = near
             if other.order > page.order:
-                later.append((other.order, Match(page.order, page.url, distance, exact, agreement)))
+                later.append((other.order, Match(page.order, page.url, distance, exact, agreeing)))
             else:
-                found = Match(other.order, other.url, distance, exact, agreement)
+                found = Match(other.order, other.url, distance, exact, agreeing)
                 if best is None or found.rank() < best.rank():
                     best = found
     return Meeting(best, later)

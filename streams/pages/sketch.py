@@ -231,9 +231,33 @@ def is_near_duplicate(query: PageSignature, stored: PageSignature, distance: int
 
     Equal text digests (exact copies) are decided before this, by the digest alone.
     """
-    return (distance <= rule.radius
-            and length_ratio(query.sketch, stored.sketch) >= rule.min_length_ratio
-            and resemblance(query.sketch, stored.sketch) >= rule.min_resemblance)
+    query_bits = (query.sketch.shingles, int.from_bytes(query.sketch.bins, "big"))
+    stored_bits = (stored.sketch.shingles, int.from_bytes(stored.sketch.bins, "big"))
+    return agreement(query_bits, stored_bits, distance, rule) is not None
+
+
+SketchBits = tuple[int, int]  # a sketch as (distinct shingles, its bins as one integer)
+
+
+def sketch_bits(encoded: bytes) -> SketchBits:
+    """An encoded sketch (:meth:`Sketch.encode`) read as numbers, without building a :class:`Sketch`:
+    what the stage's probe compares, once per candidate."""
+    return _HEAD.unpack_from(encoded)[0], int.from_bytes(encoded[_HEAD.size:], "big")
+
+
+def agreement(query: SketchBits, stored: SketchBits, distance: int,
+              rule: NearDuplicateRule = DEFAULT_RULE) -> int | None:
+    """:func:`is_near_duplicate` on sketches read by :func:`sketch_bits`: how many bins agree when
+    ``stored`` is a near copy of ``query`` (what ranks it, :func:`match_rank`), else None."""
+    if distance > rule.radius:
+        return None
+    low, high = sorted((query[0], stored[0]))
+    if (low / high if high else 1.0) < rule.min_length_ratio:
+        return None
+    agreeing = SLOTS - (query[1] ^ stored[1]).bit_count()
+    if max(0.0, 2.0 * agreeing / SLOTS - 1.0) < rule.min_resemblance:
+        return None
+    return agreeing
 
 
 def match_rank(query: PageSignature, stored: PageSignature, distance: int) -> tuple[int, int]:
