@@ -26,9 +26,10 @@ For each run: duplicates found / offline's duplicates; false duplicates (called 
 offline says unique); duplicates pointed at another original than offline's (see
 docs/content-seen.md: an exact copy may name another earlier copy of the same text); verdicts
 lost or doubled; clusters without a unique member; pages/s, from the moment the workers' group is
-stable (every worker assigned) to the last verdict (not for ``live``, which runs at the producer's
-pace); and each page's wait for its verdict, from its input record's timestamp to its verdict's
-(for a backlog, that includes the workers' start).
+first stable (a worker has its partitions; with two, the rebalance when the second joins is timed)
+to the last verdict (not for ``live``, which runs at the producer's pace); and each page's wait for
+its verdict, from its input record's timestamp to its verdict's (for a backlog, that includes the
+workers' start).
 
 Writes ``bench/results/race.json`` and ``.md``; exits non-zero when a run finds fewer than
 ``--min-found`` (0.995) of offline's duplicates, calls a duplicate offline does not, or loses or
@@ -164,13 +165,13 @@ def _produce_paced(kafka: KafkaConfig, topic: str, pages: list[RacePage], rate: 
             time.sleep(ahead)
 
 
-def _group_stable(admin: AdminClient, group: str, members: int) -> bool:
-    """Whether ``group`` has settled with ``members`` members (every worker assigned)."""
+def _group_stable(admin: AdminClient, group: str) -> bool:
+    """Whether ``group`` has settled with a member: the first worker has its partitions."""
     try:
         found = admin.describe_consumer_groups([group])[group].result(timeout=10)
     except KafkaException:  # the group is not there yet
         return False
-    return found.state == ConsumerGroupState.STABLE and len(found.members) == members
+    return found.state == ConsumerGroupState.STABLE and len(found.members) > 0
 
 
 class _Verdicts:
@@ -223,7 +224,7 @@ def run_kafka(kafka: KafkaConfig, pages: list[RacePage], order: str, workers: in
         while verdicts.poll(0.2) < len(pages):
             if time.monotonic() - began > timeout_s:
                 raise TimeoutError(f"{len(verdicts.found)} of {len(pages)} verdicts in {timeout_s} s")
-            if ready is None and _group_stable(admin, group, workers):
+            if ready is None and _group_stable(admin, group):
                 ready = time.monotonic()
             if any(process.poll() is not None for process in processes):
                 raise RuntimeError(f"a worker exited; see {work}")
