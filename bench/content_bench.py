@@ -43,7 +43,7 @@ import orjson
 from bench import content_lookup
 from bench import harness as h
 from bench.neardup_set import CORPUS, corpus_files
-from streams import config, kafka_local, records, simweb
+from streams import records, simweb
 from streams.content_seen import ContentSeenStage
 from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
@@ -229,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if not CORPUS.exists():
         print(f"the shared corpus is not at {CORPUS}: nothing to measure", file=sys.stderr)
         return 2
-    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
-    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    kafka = h.broker()
     work = Path(tempfile.mkdtemp(prefix="content-bench-"))
     values, too_large = corpus_records(args.pages)
     rates = [_kafka_rate(kafka, values, work, processes) for processes in (0, args.analysis_processes)]

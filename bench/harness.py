@@ -23,9 +23,17 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def broker() -> KafkaConfig:
+    """The benchmarks' broker: ``KAFKA_BOOTSTRAP_SERVERS`` with the configured client settings, else
+    the project's local broker, started when it is not running."""
+    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
+    return KafkaConfig(bootstrap, config.kafka_client_settings())
 
 
 def fresh_name(prefix: str) -> str:

@@ -61,7 +61,7 @@ from confluent_kafka.admin import AdminClient
 from bench import harness as h
 from bench.neardup_set import CORPUS, Source, load_sources
 from bench.neardup_transforms import UNIT, change_numbers, change_words
-from streams import config, kafka_local, records
+from streams import records
 from streams.content_seen import ContentSeenStage
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 from streams.runtime.offline import run_offline
@@ -319,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if not CORPUS.exists():
         print(f"the shared corpus is not at {CORPUS}: nothing to measure", file=sys.stderr)
         return 0
-    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
-    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    kafka = h.broker()
     pages = build_pages(load_sources())
     reference = offline_reference(pages)
     work = Path(tempfile.mkdtemp(prefix="race-bench-"))

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness as h
-from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
@@ -103,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtimes", default="passthrough,confluent")
     parser.add_argument("--kill-runtimes", default="confluent")
     args = parser.parse_args(argv)
-    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
-    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    kafka = h.broker()
     work = Path(tempfile.mkdtemp(prefix="runtime-bench-"))
     keys = h.keyed_stream(args.distinct, args.records)
     source = h.fresh_name("bench-in")

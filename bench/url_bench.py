@@ -38,7 +38,6 @@ import orjson
 from bench import harness as h
 from bench.frontier_gen import frontier
 from bench.url_memory import measure_memory, offline_exact
-from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 
@@ -197,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure each pipeline this many times, alternating; report the best "
                              "(scrapy-redis style: once)")
     args = parser.parse_args(argv)
-    bootstrap = config.bootstrap_servers() or kafka_local.start(kafka_local.LocalBroker())
-    kafka = KafkaConfig(bootstrap, config.kafka_client_settings())
+    kafka = h.broker()
     work = Path(tempfile.mkdtemp(prefix="url-bench-"))
     prefix = f"{h.fresh_name('urlbench')}."
     source = Topics(prefix).frontier
