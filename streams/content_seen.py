@@ -162,7 +162,8 @@ class ContentSeenStage:
         self._owned: Mapping[int, PartitionStore] = {}
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
-        self._relay = Relay(self.state_topic, self.route_topics)
+        self._topic_index = {topic: number for number, topic in enumerate(self.route_topics)}
+        self._relay = Relay(self.state_topic, self._topic_index)
 
     @property
     def state_key_prefix_bytes(self) -> int:
@@ -322,11 +323,11 @@ class ContentSeenStage:
             stored, newline, carried = body.partition(b"\n")
             if newline:
                 self._pages.put(source, carried)
-        if source is None or not self._shard_count:  # offline: decided on its last reply
-            gather.arrive(state, order, stored, head["tables"], None, 0)
+        topic = None if source is None else self._topic_index.get(source.topic)
+        if source is None or topic is None or not self._shard_count:  # decided on its last reply
+            gather.arrive(state, order, stored, head["tables"], None, 0)  # (offline, or no horizon)
         else:
-            place = (self.route_topics.index(source.topic), source.partition)
-            gather.arrive(state, order, stored, head["tables"], place, source.offset)
+            gather.arrive(state, order, stored, head["tables"], (topic, source.partition), source.offset)
 
     def _reply(self, order: bytes, body: bytes, state: BatchState) -> list[Emit]:
         """Count a reply; the waiting page is read (it may be large) only once all are in."""

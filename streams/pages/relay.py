@@ -10,7 +10,7 @@ vouch for, which is the whole argument of :mod:`streams.pages.horizon`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from streams.pages.horizon import RoutingView
@@ -27,9 +27,10 @@ _SHARD = struct.Struct(">H")
 class Relay:
     """One worker's marks and its shards' progress."""
 
-    def __init__(self, state_topic: str, route_topics: Sequence[str]) -> None:
+    def __init__(self, state_topic: str, topic_index: Mapping[str, int]) -> None:
+        """``topic_index``: each input topic's number (its place among the stage's route topics)."""
         self._state_topic = state_topic
-        self._topic_index = {topic: number for number, topic in enumerate(route_topics)}
+        self._topic_index = topic_index
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
 
     def take_mark(self, shard: int, body: bytes, state: BatchState) -> None:
