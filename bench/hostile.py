@@ -14,9 +14,10 @@ What the cases found, and what is expected now:
   record nested 300 deep in an extra field failed when a stage passed it on; :mod:`streams.records`
   now rejects more than 128 levels as ``invalid_json`` too.
 * URLs: over ``max_url_bytes`` (4,096) is ``url_too_long``, also when percent-encoding makes the
-  canonical form grow past it; control characters inside a URL are ``invalid_url``, while C0 and
-  spaces at either end, and tabs and newlines anywhere, are stripped (WHATWG URL) and the URL is
-  processed; IDN homographs are processed (as Punycode: telling them apart is a policy matter).
+  canonical form grow past it; control characters inside a URL's path are percent-encoded, C0
+  and spaces at either end, and tabs and newlines anywhere, are stripped (WHATWG URL, as browsers
+  do; canonicalization version 1 made the first dead letters) and the URL is processed; IDN
+  homographs are processed (as Punycode: telling them apart is a policy matter).
   The page stage does not canonicalize, so a URL only the revisit stage refuses is still a page.
 * Compressed bodies: no stage decodes ``Content-Encoding``. A gzip bomb (1 GiB of zeros in about
   1 MB) starts with the gzip signature and is skipped as ``binary_body``, in constant memory; a
@@ -117,9 +118,9 @@ _WRONG_TYPES = ({"url": 42}, {"url": ["http://x.example/"]}, {"url": {"href": "h
                 {"url": "http://x.example/", "discovered_at": "2024-01-01T00:00:00." + "0" * 100_000 + "x"},
                 {"url": "http://x.example/", "schema_version": "1"})
 _BAD_URLS = {
-    "invalid_url": ("http:///x", "http://:80/", "http://h.example:8a/", "http://h.example:99999/",
+    "invalid_url": ("http:///", "http://:80/", "http://h.example:8a/", "http://h.example:99999/",
                     "http://[::1/", "http://[zz]/", "http://1.2.3.4.5/", "http://256.1.1.1/",
-                    "/relative/path", "//h.example/x", "http://a..b.example/", "http://xn--a.example/",
+                    "/relative/path", "//h.example/x", "http://a..b.example/", "http://a%zzb.example/",
                     "http://" + "a" * 64 + ".example/", "http://a<b.example/", "http://%C0%AF.example/",
                     "http://x%00.example/", "http://a b.example/", "http://" + "\u0430" * 2000 + "/"),
     "unsupported_scheme": ("javascript:alert(1)", "mailto:a@b.example", "data:text/html,hi",
@@ -155,9 +156,8 @@ def _frontier_kinds() -> dict[str, Builder]:
         "percent_growth": lambda r, n: _url("percent_growth", _json(url=f"http://g{n}.example/"
                                                                     + r.choice(("%", "\u00e9")) * 2000),
                                             "url_too_long"),
-        "control_inside": lambda r, n: _url("control_inside", _json(url=f"http://c{n}.example/a"
-                                                                    + r.choice(_CONTROLS) + "b"),
-                                            "invalid_url"),
+        "control_inside": lambda r, n: _url_ok("control_inside", f"http://c{n}.example/a"
+                                               + r.choice(_CONTROLS) + "b"),
         "bad_url": lambda r, n: (lambda reason: _url("bad_url", _json(url=r.choice(_BAD_URLS[reason])),
                                                      reason))(r.choice(sorted(_BAD_URLS))),
         # valid but strange: processed, each URL canonically distinct (the serial n is in the host)
@@ -277,7 +277,7 @@ def _text(rng: random.Random, words: int) -> str:
 
 def _page_kinds() -> dict[str, Builder]:
     bad_url = {"javascript:void(0)": "unsupported_scheme", "/relative/page": "invalid_url",
-               "http://a..b.example/": "invalid_url", "http://h.example/\x01x": "invalid_url"}
+               "http://a..b.example/": "invalid_url", "http://h.example:99999/": "invalid_url"}
     return {
         "empty": lambda r, n: _page("empty", b"", "empty"),
         "tombstone": lambda r, n: _page("tombstone", None, "empty"),

@@ -1,14 +1,18 @@
 """Canonical URLs: one spelling per resource, so the dedup stage keys each URL once.
 
-Profile ``safe`` applies only meaning-preserving rewrites: RFC 3986 §6.2.2 (case, escapes, dot
-segments) and §6.2.3 (default port, empty path), the WHATWG URL Standard's host parser (UTS #46
-IDNA, IPv4 numbers in any base, IPv6), and fragment removal (never sent, RFC 9110 §7.1).
-``aggressive`` adds rewrites that may merge distinct resources: ``www.``, session-id and tracking
-parameters, query order. Rules and examples: ``docs/canonicalization.md``.
+Version 2: a URL is first parsed and resolved against the page it was found on exactly as a
+browser does (the WHATWG URL Standard through ada, :mod:`streams.urls.whatwg`: backslashes,
+``http:example.com``, controls percent-encoded, IDNA, IPv4 and IPv6 forms), so the canonical URL
+is the one the browser would fetch. Then profile ``safe`` applies only meaning-preserving rewrites
+of RFC 3986: escapes of unreserved characters decoded, hex upper-cased, characters RFC 3986 does
+not allow encoded (§6.2.2.2), the empty query dropped (§6.2.3), trailing host dots and the
+fragment removed (never sent, RFC 9110 §7.1). ``aggressive`` adds rewrites that may merge distinct
+resources: ``www.``, session-id and tracking parameters, query order. Rules, examples and where
+the safe profile differs from a browser on purpose: ``docs/canonicalization.md``.
 
 Pure and total: any ``str`` gives a canonical URL or :class:`~streams.errors.RecordRejected`.
-Length is checked first, parsing uses ``find``/``partition`` (no regular expression) and escapes
-are decoded once in one pass, so hostile inputs cost linear time. Idempotent by construction.
+Length is checked first, the parser runs in linear time and escapes are decoded once in one pass,
+so hostile inputs cost linear time. Idempotent (tests/test_canonical.py, a Hypothesis property).
 """
 
 from __future__ import annotations
@@ -18,36 +22,36 @@ import re
 import string
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, NamedTuple, TextIO
+from typing import Final, TextIO
 
 import mmh3
 import orjson
 
 from streams.errors import ConfigError, RecordRejected
-from streams.urls.host import C0_AND_SPACE, DIGITS, HEX, normalize_host, strip_www
+from streams.urls import whatwg
+from streams.urls.host import canonical_host, strip_www
 
-CANONICALIZATION_VERSION: Final = 1
+CANONICALIZATION_VERSION: Final = 2
 """Bumped whenever any output could change; state built with another version must be migrated."""
 
 PROFILES: Final = ("safe", "aggressive")
 
-_DEFAULT_PORTS: Final = {"http": "80", "https": "443"}
-_SCHEME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "+-.")  # RFC 3986 §3.1
 _UNRESERVED: Final = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 §2.3
 _SUB_DELIMS: Final = frozenset("!$&'()*+,;=")  # RFC 3986 §2.2
 _USERINFO_SAFE: Final = _UNRESERVED | _SUB_DELIMS | {":"}  # RFC 3986 §3.2.1
 _PATH_SAFE: Final = _UNRESERVED | _SUB_DELIMS | {":", "@", "/"}  # pchar and "/", RFC 3986 §3.3
 _QUERY_SAFE: Final = _PATH_SAFE | {"?"}  # RFC 3986 §3.4
-_DROP_TAB_NEWLINE: Final = str.maketrans("", "", "\t\n\r")  # WHATWG "ASCII tab or newline"
+_HEX: Final = frozenset(string.hexdigits)
 # A URL plainly written canonically (see _plain_canonical): lower-case http(s), a host of lower-case
 # letters, digits, "-" and ".", then path and non-empty query of characters that need no escaping
-# (RFC 3986 pchar without "@") and "%", then perhaps a fragment of printable ASCII. Each part is one
+# (RFC 3986 pchar without "@"; the query without "'", which the parser encodes there) and "%",
+# then perhaps a fragment of printable ASCII. Each part is one
 # character class repeated, which the regular expression engine runs as a tight loop in C: an
 # alternation per character ("a plain character or an escape") cost three times as much, and a
 # set test (frozenset.issuperset) made a string object per character. The escapes are checked
 # apart, only in URLs that have a "%" (_ESCAPE_NOT_PLAIN).
-_PLAIN_CHARS: Final = r"A-Za-z0-9\-._~!$&'()*+,;=:%"
-_PLAIN_URL: Final = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}/]*)"
+_PLAIN_CHARS: Final = r"A-Za-z0-9\-._~!$&()*+,;=:%"
+_PLAIN_URL: Final = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}'/]*)"
                                rf"(?:\?([{_PLAIN_CHARS}/?]+))?(?:#([\x21-\x7e]*))?")
 # A "%" that is not an upper-case escape of a character that stays escaped: an escape of an
 # unreserved character (RFC 3986 §2.3: ALPHA, DIGIT, "-", ".", "_", "~"), which is decoded, or a
@@ -107,15 +111,6 @@ class CanonicalSettings:
 DEFAULT: Final = CanonicalSettings()
 
 
-class _Reference(NamedTuple):
-    """A URI reference split as in RFC 3986 Appendix B; None means "component absent"."""
-
-    scheme: str | None
-    authority: str | None
-    path: str
-    query: str | None
-
-
 def canonicalize(url: str, settings: CanonicalSettings = DEFAULT, base: str | None = None) -> str:
     """The canonical form of ``url``, resolved against ``base`` (the page it was found on) if relative.
 
@@ -127,39 +122,81 @@ def canonicalize(url: str, settings: CanonicalSettings = DEFAULT, base: str | No
 
 
 def _parsed_canonical(url: str, settings: CanonicalSettings, base: str | None) -> str:
-    """:func:`canonicalize` by the full parse: every rule applied, whatever the input."""
-    reference = _resolve(_split(_prepare(url, settings.max_url_bytes, "URL")), base, settings)
-    scheme = (reference.scheme or "").lower()
-    if scheme not in _DEFAULT_PORTS:
+    """:func:`canonicalize` by the full parse: the WHATWG parser, then every rule of ours on top.
+
+    The parser's output is most often plainly canonical already (it has lower-cased the host,
+    dropped the default port, resolved the link), and then :func:`_plain_canonical` answers for it.
+    """
+    url_bytes = _encoded(url, settings.max_url_bytes, "URL")
+    base_bytes, base_refused = _usable_base(base, settings.max_url_bytes)
+    try:
+        href = whatwg.serialize(url_bytes, base_bytes)
+    except RecordRejected as refused:
+        if base_refused is None:
+            raise
+        raise base_refused from refused  # a relative link: why its base was left out
+    plain = _plain_canonical(href, settings)
+    return plain if plain is not None else _ruled_canonical(href, settings)
+
+
+def _ruled_canonical(href: str, settings: CanonicalSettings) -> str:
+    """Our rules on the parser's serialisation ``href``, part by part."""
+    if not href.startswith(("http://", "https://")):
+        scheme = href.partition(":")[0]
         raise RecordRejected("unsupported_scheme", f"scheme {scheme[:20]!r} is not http or https")
-    if reference.authority is None:
-        raise RecordRejected("invalid_url", "http(s) URL without an authority (//host)")
-    userinfo, host, port = _normalize_authority(reference.authority, scheme)
+    parsed = whatwg.split_http(href)
+    host = canonical_host(parsed.host)
     if settings.aggressive and settings.strip_www:
         host = strip_www(host)
+    userinfo = _normalize_escapes(parsed.userinfo, _USERINFO_SAFE)
     authority = f"{userinfo}@{host}" if userinfo else host
-    authority = f"{authority}:{port}" if port else authority
-    query = _normalize_query(reference.query, settings)
-    canonical = f"{scheme}://{authority}{_normalize_path(reference.path, settings)}"
+    authority = f"{authority}:{parsed.port}" if parsed.port else authority
+    query = _normalize_query(parsed.query, settings)
+    canonical = f"{parsed.scheme}://{authority}{_normalize_path(parsed.path, settings)}"
     canonical = f"{canonical}?{query}" if query else canonical
     if len(canonical) > settings.max_url_bytes:  # all ASCII: characters are octets
         raise RecordRejected("url_too_long", f"canonical form exceeds {settings.max_url_bytes} bytes")
     return canonical
 
 
+def _encoded(text: str, max_url_bytes: int, role: str) -> bytes:
+    """UTF-8 of ``text``, its size checked first (characters, then octets), before any parsing."""
+    if len(text) > max_url_bytes:
+        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
+    try:
+        encoded = text.encode()
+    except UnicodeEncodeError as error:
+        raise RecordRejected("invalid_url", f"{role} contains a lone surrogate") from error
+    if len(encoded) > max_url_bytes:
+        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
+    return encoded
+
+
+def _usable_base(base: str | None, max_url_bytes: int) -> tuple[bytes | None, RecordRejected | None]:
+    """The base as the parser takes it, or None with the reason when it is over the size limit or
+    not encodable; a relative link then fails to resolve, an absolute one stands alone."""
+    if not base:
+        return None, None
+    try:
+        return _encoded(base, max_url_bytes, "base URL"), None
+    except RecordRejected as refused:
+        return None, refused
+
+
 def _plain_canonical(url: str, settings: CanonicalSettings) -> str | None:
     """The canonical form of ``url`` when it is plainly written canonically, else None (full parse).
 
     Most discovered links are written canonically already (an absolute link as the site's own
-    pages print it), and the full parse cost 3.3 µs per URL, the largest share of routing one.
-    Conservative: a result only when every rule provably leaves the URL unchanged but for its
-    fragment: lower-case http(s) scheme (absolute, so ``base`` plays no part), only characters
-    that need no escaping (no ``@``) and upper-case escapes of other characters (UTF-8 octets,
-    reserved delimiters), a host the host parser returns unchanged and no port, a path with no
-    segment starting with a dot, no empty ``?``, a fragment (dropped) of printable ASCII only, as
-    the full parse refuses controls anywhere; the aggressive profile's rewrites are ruled out by
-    no query, no ``;`` and no ``www.`` to strip. Anything else takes the full parse
-    (tests/test_canonical.py checks both agree).
+    pages print it), and one regular expression match costs a fraction of the full parse, the
+    largest share of routing a URL. Conservative: a result only when the parser and every rule
+    provably leave the URL unchanged but for its fragment: lower-case http(s) scheme followed by
+    ``//`` (absolute, so ``base`` plays no part), only characters that neither the parser's
+    percent-encode sets nor RFC 3986 escape (no ``@``, no ``'`` in the query) and upper-case
+    escapes of other characters (UTF-8 octets, reserved delimiters), a host the full parse returns
+    unchanged and no port, a path with no segment starting with a dot, no empty ``?``, a fragment
+    (dropped) of printable ASCII; the aggressive profile's rewrites are ruled out by no query, no
+    ``;`` and no ``www.`` to strip. Anything else takes the full parse (tests/test_canonical.py
+    checks both agree, on Hypothesis URLs and on the web-platform-tests suite).
     """
     match = _PLAIN_URL.fullmatch(url) if len(url) <= settings.max_url_bytes else None
     if match is None:
@@ -175,16 +212,16 @@ def _plain_canonical(url: str, settings: CanonicalSettings) -> str | None:
     return url if fragment is None else url[:end]
 
 
-# Hosts the host parser returns unchanged, as met by _plain_canonical: a set lookup costs a third of
-# a call to normalize_host's LRU cache, whose bookkeeping misses the CPU caches on a frontier of
-# thousands of hosts. Bounded: emptied when full (a miss only costs the parser's cached answer).
+# Hosts the full parse returns unchanged, as met by _plain_canonical: a set lookup instead of a
+# parse for every URL of a host already met. Bounded: emptied when full (a miss costs one parse).
 _CANONICAL_HOSTS: Final[set[str]] = set()
 _CANONICAL_HOSTS_MAX: Final = 65_536
 
 
 def _host_is_canonical(host: str) -> bool:
+    plain = f"http://{host}/"
     try:
-        if normalize_host(host) != host:
+        if _ruled_canonical(whatwg.serialize(plain.encode()), DEFAULT) != plain:
             return False
     except RecordRejected:
         return False
@@ -220,112 +257,13 @@ def _result_line(url: str, settings: CanonicalSettings) -> str:
     return orjson.dumps(record).decode() + "\n"
 
 
-def _prepare(text: str, max_url_bytes: int, role: str) -> str:
-    """Size first; then WHATWG's stripping: C0 and spaces around, tab and newline anywhere."""
-    if len(text) > max_url_bytes:
-        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
-    try:
-        size_bytes = len(text.encode("utf-8"))
-    except UnicodeEncodeError as error:
-        raise RecordRejected("invalid_url", f"{role} contains a lone surrogate") from error
-    if size_bytes > max_url_bytes:
-        raise RecordRejected("url_too_long", f"{role} exceeds {max_url_bytes} bytes")
-    text = text.strip(C0_AND_SPACE)
-    if "\t" in text or "\n" in text or "\r" in text:  # rare; translate() walks every character
-        text = text.translate(_DROP_TAB_NEWLINE)
-    printable_ascii = text.isascii() and text.isprintable()  # the common case, checked in C
-    control = None if printable_ascii else next((c for c in text if c < " " or c == "\x7f"), None)
-    if control is not None:
-        raise RecordRejected("invalid_url", f"{role} contains control character U+{ord(control):04X}")
-    return text
-
-
-def _split(text: str) -> _Reference:
-    """RFC 3986 Appendix B with ``partition``: fragment, query, scheme, then authority."""
-    text = text.partition("#")[0]
-    text, question_mark, query = text.partition("?")
-    scheme = None
-    colon = text.find(":")
-    if colon > 0 and text[0] in string.ascii_letters and _SCHEME_CHARS.issuperset(text[:colon]):
-        scheme, text = text[:colon], text[colon + 1:]
-    authority = None
-    if text.startswith("//"):
-        slash = text.find("/", 2)
-        end = len(text) if slash < 0 else slash
-        authority, text = text[2:end], text[end:]
-    return _Reference(scheme, authority, text, query if question_mark else None)
-
-
-def _resolve(reference: _Reference, base: str | None, settings: CanonicalSettings) -> _Reference:
-    """Target URI of a relative reference (RFC 3986 §5.2.2; dot segments are removed later)."""
-    if reference.scheme is not None:
-        return reference
-    if base is None:
-        raise RecordRejected("invalid_url", "relative URL without a base URL")
-    origin = _split(_prepare(base, settings.max_url_bytes, "base URL"))
-    if origin.scheme is None:
-        raise RecordRejected("invalid_url", "base URL is not absolute")
-    if reference.authority is not None:
-        return reference._replace(scheme=origin.scheme)
-    if not reference.path:
-        query = origin.query if reference.query is None else reference.query
-        return origin._replace(query=query)
-    return origin._replace(path=_merge(origin, reference.path), query=reference.query)
-
-
-def _merge(origin: _Reference, path: str) -> str:
-    """RFC 3986 §5.2.3: a relative path replaces the last segment of the base path."""
-    if path.startswith("/") or (origin.authority is not None and not origin.path):
-        return "/" + path.removeprefix("/")
-    return origin.path[: origin.path.rfind("/") + 1] + path
-
-
-def _normalize_authority(authority: str, scheme: str) -> tuple[str, str, str]:
-    """Userinfo, host and port, each normalised; "" for an absent userinfo or default port."""
-    userinfo, at_sign, host_port = authority.rpartition("@")  # the last "@", as WHATWG does
-    host, port = _split_port(host_port)
-    userinfo = _normalize_userinfo(userinfo) if at_sign else ""
-    return userinfo, normalize_host(host), _normalize_port(port, scheme)
-
-
-def _split_port(host_port: str) -> tuple[str, str]:
-    if not host_port.startswith("["):
-        host, colon, port = host_port.rpartition(":")
-        return (host, port) if colon else (host_port, "")
-    close = host_port.find("]")
-    if close < 0:
-        raise RecordRejected("invalid_url", "unterminated IPv6 literal")
-    rest = host_port[close + 1:]
-    if rest and not rest.startswith(":"):
-        raise RecordRejected("invalid_url", "junk after IPv6 literal")
-    return host_port[: close + 1], rest[1:]
-
-
-def _normalize_userinfo(userinfo: str) -> str:
-    """Kept, as credentials may change the response (RFC 3986 §3.2.1); empty parts dropped (WHATWG)."""
-    user, _, password = userinfo.partition(":")
-    user = _normalize_escapes(user, _USERINFO_SAFE)
-    return f"{user}:{_normalize_escapes(password, _USERINFO_SAFE)}" if password else user
-
-
-def _normalize_port(port: str, scheme: str) -> str:
-    """Decimal without leading zeros; empty or default port omitted (RFC 3986 §6.2.3)."""
-    if not port:
-        return ""
-    if not all(char in DIGITS for char in port):
-        raise RecordRejected("invalid_url", f"port {port[:20]!r} is not a number")
-    digits = port.lstrip("0") or "0"
-    if len(digits) > 5 or int(digits) > 65535:
-        raise RecordRejected("invalid_url", f"port {digits[:20]} is out of range")
-    return "" if digits == _DEFAULT_PORTS[scheme] else digits
-
-
 def _normalize_path(path: str, settings: CanonicalSettings) -> str:
-    """Escapes, empty path "/" (RFC 3986 §6.2.3), then dot segments (§5.2.4): ``%2E%2E`` is ``..``."""
-    path = _normalize_escapes(path, _PATH_SAFE) or "/"
+    """Escapes normalised; the parser has already made an empty path "/" and removed dot segments
+    (``%2E%2E`` counts as ``..`` there, so decoding escapes here cannot make a new one)."""
+    path = _normalize_escapes(path, _PATH_SAFE)
     if settings.aggressive:
         path = _drop_path_params(path, _lowered(settings.session_id_params))
-    return _remove_dot_segments(path)
+    return path
 
 
 def _drop_path_params(path: str, names: frozenset[str]) -> str:
@@ -338,21 +276,6 @@ def _drop_path_params(path: str, names: frozenset[str]) -> str:
         kept = [param for param in params if param.partition("=")[0].lower() not in names]
         segments.append(";".join([head, *kept]))
     return "/".join(segments)
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 for an absolute path, over a segment list so it runs in linear time."""
-    output: list[str] = []
-    segments = path.split("/")[1:]
-    for segment in segments:
-        if segment == "..":
-            if output:
-                output.pop()
-        elif segment != ".":
-            output.append(segment)
-    if segments[-1] in (".", "..") and output:
-        output.append("")  # "/a/b/.." is the directory "/a/"
-    return "/" + "/".join(output)
 
 
 def _normalize_query(query: str | None, settings: CanonicalSettings) -> str:
@@ -388,7 +311,7 @@ def _normalize_escapes(text: str, safe: frozenset[str]) -> str:
     pieces = [_encode_unsafe(head, safe)]
     for part in escaped:
         hex_digits = part[:2]
-        if len(hex_digits) == 2 and HEX.issuperset(hex_digits):
+        if len(hex_digits) == 2 and _HEX.issuperset(hex_digits):
             hex_digits = hex_digits.upper()
             decoded = chr(int(hex_digits, 16))
             pieces.append(decoded if decoded in _UNRESERVED else "%" + hex_digits)
