@@ -11,12 +11,18 @@ import shutil
 from pathlib import Path
 
 import orjson
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.partitioner import partition_for
 from streams.topics import Topics
+from streams.url_dedup import VERSION_KEY
+from streams.urls.canonical import canonicalize, fingerprint
 from tests.conftest import run_cli
+
+DATA = Path(__file__).resolve().parent / "data"
 
 IDLE_S = "4"
 
@@ -128,3 +134,48 @@ def test_a_new_profile_is_refused_until_migrated(kafka: KafkaConfig, prefix: str
     assert b"re-fingerprinted 1 URLs: 1 moved" in migrated.stdout
     _url_dedup(kafka, prefix, tmp_path, "--profile", "aggressive")
     assert _urls(kafka, prefix) == ["http://www.shop.example/item?utm_source=a&id=1"]  # no second one
+
+
+def _plant_version_1_state(kafka: KafkaConfig, prefix: str, urls: list[str], shards: int) -> None:
+    """The changelog a version-1 worker leaves: each URL it emitted, under its fingerprint, in the
+    shard that fingerprint routes to, and the version key "1:safe" in every shard."""
+    changelog = Topics(prefix).changelog("app", "url-dedup")
+    producer = Producer(kafka.producer())
+    for url in urls:
+        key = fingerprint(url)
+        producer.produce(changelog, url.encode(), key, partition=partition_for(key, shards))
+    for shard in range(shards):
+        producer.produce(changelog, b"1:safe", VERSION_KEY, partition=shard)
+    assert producer.flush(30) == 0
+
+
+def test_version_1_state_is_migrated_and_no_url_is_emitted_twice(kafka: KafkaConfig, prefix: str,
+                                                                  tmp_path: Path) -> None:
+    """tests/data/canonical-v1.jsonl: frontier records and what version 1 made of them (None: refused),
+    written by version 1's canonicalize at c2c1202. A version-1 state of those URLs is migrated to
+    version 2, then the whole frontier arrives again: only the URLs version 1 refused are new, and
+    the one kind of URL version 1 could not keep apart (a backslash, stored as %5C)."""
+    rows = [orjson.loads(line) for line in (DATA / "canonical-v1.jsonl").read_bytes().splitlines()]
+    _frontier(kafka, prefix, [orjson.dumps({"url": "http://setup.example/"})])
+    _url_dedup(kafka, prefix, tmp_path)  # the stage's topics and group
+    stored = [row["v1"] for row in rows if row["v1"] is not None]
+    _plant_version_1_state(kafka, prefix, stored, shards=4)
+    shutil.rmtree(tmp_path / "app")  # restored from the changelog alone
+    refused = run_cli(kafka, "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+                      "--state-dir", str(tmp_path), "--shards", "4", "--idle-exit-s", "2")
+    assert refused.returncode == 2 and b"built with canonicalization 1:safe" in refused.stderr
+
+    migrated = run_cli(kafka, "url-dedup-migrate", "--topic-prefix", prefix, "--app-id", "app")
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    moved = sum(canonicalize(url) != url for url in stored)
+    assert f"re-fingerprinted {len(stored) + 1} URLs: {moved} moved".encode() in migrated.stdout
+    assert moved == 1  # "?a='b'": version 2 encodes ' in a query, as browsers do
+
+    frontier = [orjson.dumps({"url": row["url"], "source_url": row["source_url"]}) for row in rows]
+    _frontier(kafka, prefix, frontier)
+    _url_dedup(kafka, prefix, tmp_path)
+    _frontier(kafka, prefix, frontier)  # and once more, after a restart
+    _url_dedup(kafka, prefix, tmp_path)
+    again = [row["url"] for row in rows if row["v1"] is None or "\\" in row["url"]]
+    assert len(again) == 4
+    assert _urls(kafka, prefix) == sorted(["http://setup.example/", *again])
