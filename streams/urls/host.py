@@ -2,7 +2,7 @@
 
 ada (:mod:`streams.urls.whatwg`) does the standard's work: percent-decoding, UTS #46 IDNA to
 ``xn--`` Punycode, IPv4 numbers in any base to dotted decimal, IPv6 in its short form. Two rules
-differ from a browser on purpose (docs/canonicalization.md, rules 7 and 14):
+differ from a browser on purpose (docs/canonicalization.md, rule 5):
 
 * trailing dots are removed: ``example.com.`` names the same server as ``example.com`` in every
   resolver a crawler uses, and one spelling is one key;
