@@ -335,8 +335,7 @@ class ContentSeenStage:
         if isinstance(replied, gather.Ready):
             return self._decide(replied.head, replied.stored, replied.best)
         if replied:  # all replies in, it waits for its horizon only: its record may leave memory first
-            head = decode_head(state.get(b"p" + order) or b"{}")
-            source = source_of(head)
+            source = source_of(gather.waiting_head(state, order))
             if source is not None:
                 self._pages.park(source)
         return []

@@ -110,6 +110,11 @@ def reply(state: BatchState, order: bytes, body: bytes) -> Ready | bool:
     return Ready(decode_head(stored), stored, best)
 
 
+def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
+    """The head of a page waiting here (``{}`` when none is)."""
+    return decode_head(state.get(b"p" + order) or b"{}")
+
+
 def notice(state: BatchState, order: bytes, body: bytes) -> bool:
     """An earlier page met this queued one in a bucket: kept as its best match if better. False when
     the page was decided already (the notice came after its horizon: it stays as decided)."""
