@@ -215,12 +215,20 @@ def matching_bins(a: Sketch, b: Sketch) -> int:
 def resemblance(a: Sketch, b: Sketch) -> float:
     """Estimated Jaccard resemblance of the two shingle sets: ``2 P - 1`` for the share ``P`` of
     agreeing bins (Li and König 2010, b = 1), at least 0. Symmetric; 1.0 for equal sketches."""
-    return max(0.0, 2.0 * matching_bins(a, b) / SLOTS - 1.0)
+    return _resemblance(matching_bins(a, b))
 
 
 def length_ratio(a: Sketch, b: Sketch) -> float:
     """The smaller distinct shingle count over the larger (1.0 when both are empty)."""
-    low, high = sorted((a.shingles, b.shingles))
+    return _ratio(a.shingles, b.shingles)
+
+
+def _resemblance(agreeing_bins: int) -> float:
+    return max(0.0, 2.0 * agreeing_bins / SLOTS - 1.0)
+
+
+def _ratio(shingles: int, other_shingles: int) -> float:
+    low, high = sorted((shingles, other_shingles))
     return low / high if high else 1.0
 
 
@@ -251,11 +259,10 @@ def agreement(query: SketchBits, stored: SketchBits, distance: int,
     ``stored`` is a near copy of ``query`` (what ranks it, :func:`match_rank`), else None."""
     if distance > rule.radius:
         return None
-    low, high = sorted((query[0], stored[0]))
-    if (low / high if high else 1.0) < rule.min_length_ratio:
+    if _ratio(query[0], stored[0]) < rule.min_length_ratio:
         return None
     agreeing = SLOTS - (query[1] ^ stored[1]).bit_count()
-    if max(0.0, 2.0 * agreeing / SLOTS - 1.0) < rule.min_resemblance:
+    if _resemblance(agreeing) < rule.min_resemblance:
         return None
     return agreeing
 
