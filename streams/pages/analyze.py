@@ -129,7 +129,7 @@ def analyze_page(record: Mapping[str, Any], settings: PageSettings,
 
     ``body`` is the record's body when the caller already read it (:func:`streams.records.body_bytes`),
     so a large base64 body is decoded once. ``sketch=False`` leaves the sketch out (a caller that
-    only compares SimHashes, such as the revisit stage, saves its 30-100 µs).
+    only compares SimHashes, such as the revisit stage, saves its cost).
     """
     skipped = _skip_reason(record)
     if skipped is not None:
