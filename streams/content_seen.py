@@ -69,7 +69,6 @@ from streams.pages.waiting import (
     decode_head,
     encode_head,
     encode_match,
-    old_form_record,
     source_of,
 )
 from streams.records import RecordKind
@@ -283,7 +282,7 @@ class ContentSeenStage:
             return self._progress(shard, body if kind == PROGRESS else None, state)
         if kind == DECIDE:
             page = gather.take(state, key)
-            return self._decide(page.head, page.stored, page.best)
+            return self._decide(page.head, page.best)
         raise RecordRejected("invalid_shard_record", f"unknown shard record kind {kind!r}")
 
     def _probe(self, table_key: bytes, body: bytes, state: BatchState) -> list[Emit]:
@@ -318,14 +317,12 @@ class ContentSeenStage:
         input record sent along kept in memory."""
         head = decode_head(body)
         source = source_of(head)
-        stored = body
-        if source is not None:  # else a page record of an earlier version: the page itself waits
-            stored, newline, carried = body.partition(b"\n")
-            if newline:
-                self._pages.put(source, carried)
-        topic = None if source is None else self._topic_index.get(source.topic)
-        if source is None or topic is None or not self._shard_count:  # decided on its last reply
-            gather.arrive(state, order, stored, head["tables"], None, 0)  # (offline, or no horizon)
+        stored, newline, carried = body.partition(b"\n")
+        if newline:
+            self._pages.put(source, carried)
+        topic = self._topic_index.get(source.topic)
+        if topic is None or not self._shard_count:  # decided on its last reply (offline, or no horizon)
+            gather.arrive(state, order, stored, head["tables"], None, 0)
         else:
             gather.arrive(state, order, stored, head["tables"], (topic, source.partition), source.offset)
 
@@ -333,11 +330,9 @@ class ContentSeenStage:
         """Count a reply; the waiting page is read (it may be large) only once all are in."""
         replied = gather.reply(state, order, body)
         if isinstance(replied, gather.Ready):
-            return self._decide(replied.head, replied.stored, replied.best)
+            return self._decide(replied.head, replied.best)
         if replied:  # all replies in, it waits for its horizon only: its record may leave memory first
-            source = source_of(gather.waiting_head(state, order))
-            if source is not None:
-                self._pages.park(source)
+            self._pages.park(source_of(gather.waiting_head(state, order)))
         return []
 
     def _progress(self, shard: int, body: bytes | None, state: BatchState) -> list[Emit]:
@@ -351,24 +346,19 @@ class ContentSeenStage:
             emits.append(Emit(self.state_topic, DRAIN, b"drain", shard))
         return emits
 
-    def _decide(self, head: dict[str, Any], waiting: bytes, best: Match | None) -> list[Emit]:
+    def _decide(self, head: dict[str, Any], best: Match | None) -> list[Emit]:
         url, simhash, digest = head["url"], head["simhash"], head["digest"]
         source = source_of(head)
         self.decisions["unique" if best is None else "exact" if best.exact else "near"] += 1
         if best is not None:
-            if source is not None:
-                self._pages.pop(source)
+            self._pages.pop(source)
             return [self._verdict(url, "duplicate", kind="exact" if best.exact else "near",
                                   duplicate_of=best.url, distance=best.distance, simhash=simhash,
                                   digest=digest)]
         verdict = self._verdict(url, "unique", simhash=simhash, digest=digest)
-        if source is None:
-            record = old_form_record(waiting, head)
-        else:
-            found = self._input_record(source)
-            if found is None:
-                return [verdict, self._body_unavailable(source)]
-            record = found
+        record = self._input_record(source)
+        if record is None:
+            return [verdict, self._body_unavailable(source)]
         unique = records.encode(RecordKind.UNIQUE_PAGE, {**record, "simhash": simhash, "digest": digest})
         return [Emit(self.topics.unique_pages, unique, url.encode("utf-8", "surrogatepass")), verdict]
 

@@ -4,16 +4,15 @@ nobody holds it any more, and still decides pages written in the earlier form.""
 
 from __future__ import annotations
 
-import base64
 from collections import deque
 from typing import Any
 
 import orjson
 import pytest
 
-from streams import records, simweb
-from streams.content_seen import PAGE, ContentSeenSettings, ContentSeenStage
-from streams.pages.waiting import PageCache, Source, decode_head
+from streams import simweb
+from streams.content_seen import ContentSeenSettings, ContentSeenStage
+from streams.pages.waiting import PageCache, Source
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.offline import LineMessage
 from streams.runtime.store import MemoryStore
@@ -102,34 +101,6 @@ def test_a_page_decided_by_another_worker_takes_its_record_along() -> None:
     decider = ContentSeenStage(TOPICS, "a")
     decider.attach_input_reader(reader)
     assert _run(router, decider, messages) == expected and reader.reads == []
-
-
-def _old_form(value: bytes) -> bytes:
-    """A page record as earlier versions wrote it: head, the record without its body, the raw body."""
-    if value[:1] != PAGE:
-        return value
-    head = decode_head(value[1:])
-    if "source" not in head:
-        return value
-    messages = {m.offset(): m for m in _old_form.messages}  # type: ignore[attr-defined]
-    record = records.decode(records.RecordKind.FETCHED_PAGE, messages[head["source"][2]].value())
-    body = base64.b64decode(record["body_base64"])
-    shell = {name: field for name, field in record.items() if name != "body_base64"}
-    old_head = {key: head[key] for key in ("url", "simhash", "digest", "tables")} | {"body": "base64"}
-    return PAGE + orjson.dumps(old_head) + b"\n" + orjson.dumps(shell) + b"\n" + body
-
-
-def test_pages_waiting_in_the_earlier_form_are_decided_from_themselves() -> None:
-    """Page records in flight when a worker is upgraded carry the page itself, and no source."""
-    messages = _messages(seed=11, articles=4)
-    alone = ContentSeenStage(TOPICS, "a")
-    expected = _run(alone, alone, messages)
-    _old_form.messages = messages  # type: ignore[attr-defined]
-    upgraded = ContentSeenStage(TOPICS, "a")
-    upgraded.attach_input_reader(FakeReader({}))
-    found = _run(ContentSeenStage(TOPICS, "a"), upgraded, messages, rewrite=_old_form)
-    assert _parsed(found) == _parsed(expected)  # the same records (the earlier form wrote fields in
-    # another order)
 
 
 def test_the_cache_drops_its_oldest_past_its_size() -> None:

@@ -5,7 +5,7 @@ State keys of a gather shard (besides the block tables, :mod:`streams.pages.buck
 - ``p`` + order: the waiting page's head (:mod:`streams.pages.waiting`);
 - ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
   replies and notices; ``a`` + order: the same for a page decided on its replies alone (offline,
-  or one that arrived before the queue existed);
+  or a page of a topic that is not one of the stage's route topics, which no horizon covers);
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.pages.horizon.GatherView` (each shard's progress,
@@ -14,8 +14,8 @@ State keys of a gather shard (besides the block tables, :mod:`streams.pages.buck
 Through Kafka a page is decided when the front of the queue reaches it and its horizon is covered
 (:mod:`streams.pages.horizon`), by a *decide* record of its own that the gather shard sends itself:
 one page's outputs per shard record, so a page whose output its topic refuses becomes a dead
-letter alone (:mod:`streams.runtime.outputs`). Offline, and for pages that arrived before this
-protocol (an ``a`` key), a page is decided when its last reply is in, as before.
+letter alone (:mod:`streams.runtime.outputs`). Offline, and for a page of a topic that is not one
+of the stage's route topics (an ``a`` key), a page is decided when its last reply is in.
 """
 
 from __future__ import annotations
@@ -61,10 +61,9 @@ class Queue:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """A page whose verdict can be given now: its head (decoded, and as stored) and its best match."""
+    """A page whose verdict can be given now: its head and its best match."""
 
     head: dict[str, Any]
-    stored: bytes
     best: Match | None
 
 
@@ -89,8 +88,8 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int,
 
 def reply(state: BatchState, order: bytes, body: bytes) -> Ready | bool:
     """Count a reply. A queued page waits for its horizon: whether all its replies are in now. A page
-    decided on its replies alone (offline, or one that arrived before the queue): the page when
-    that was its last reply, else False."""
+    decided on its replies alone (offline, or of a topic no horizon covers): the page when that was
+    its last reply, else False."""
     queued = state.get(b"w" + order)
     if queued is not None:
         count, tables, best = decode_progress(queued)
@@ -107,7 +106,7 @@ def reply(state: BatchState, order: bytes, body: bytes) -> Ready | bool:
         return False
     state.delete(b"p" + order)
     state.delete(b"a" + order)
-    return Ready(decode_head(stored), stored, best)
+    return Ready(decode_head(stored), best)
 
 
 def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
@@ -179,4 +178,4 @@ def take(state: BatchState, order: bytes) -> Ready:
         log.warning("page %s decided with %d of %d replies", order.hex(), count, tables)
     state.delete(b"p" + order)
     state.delete(b"w" + order)
-    return Ready(decode_head(stored), stored, best)
+    return Ready(decode_head(stored), best)

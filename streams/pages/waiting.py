@@ -15,14 +15,11 @@ whose value is not there any more (the worker restarted or the shard moved befor
 the cache dropped it) is read back from the input topic by its source.
 
 Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``);
-a reply's match and the replies' progress are packed. A head without ``source`` is in the form of
-earlier versions (head, the record without its body, the raw body, one line each): decided from
-the page itself (:func:`old_form_record`).
+a reply's match and the replies' progress are packed.
 """
 
 from __future__ import annotations
 
-import base64
 import struct
 from typing import Any, NamedTuple
 
@@ -49,29 +46,15 @@ def encode_head(url: str, simhash: int, digest: bytes, tables: int, source: Sour
 
 
 def decode_head(raw: bytes) -> dict[str, Any]:
-    """A head (of either form: the old one's first line)."""
+    """A head (the first line of a page record, which may carry the input record after it)."""
     head: dict[str, Any] = orjson.loads(raw[:raw.index(b"\n")] if b"\n" in raw else raw)
     return head
 
 
-def source_of(head: dict[str, Any]) -> Source | None:
-    """The input record's position, or None for a page in the old form."""
-    found = head.get("source")
-    return None if found is None else Source(found[0], found[1], found[2])
-
-
-def old_form_record(value: bytes, head: dict[str, Any]) -> dict[str, Any]:
-    """The fetched-page record a waiting page of earlier versions holds (head, shell, raw body),
-    the body encoded the way it was sent."""
-    head_end = value.index(b"\n")
-    shell_end = value.index(b"\n", head_end + 1)
-    record: dict[str, Any] = orjson.loads(value[head_end + 1:shell_end])
-    raw = value[shell_end + 1:]
-    if head["body"] == "text":
-        record["body"] = raw.decode("utf-8", "surrogatepass")
-    else:
-        record["body_base64"] = base64.b64encode(raw).decode("ascii")
-    return record
+def source_of(head: dict[str, Any]) -> Source:
+    """The input record's position."""
+    found = head["source"]
+    return Source(found[0], found[1], found[2])
 
 
 def encode_match(match: Match | None) -> bytes:
