@@ -56,7 +56,7 @@ def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: str)
     shards = topics.shards(app_id, "url-dedup")
     rate = h.steady_rate("url-dedup stage", command, kafka, topics.group(app_id, "url-dedup"),
                          topics.frontier, total, work, via=shards)
-    # Repeats answered at routing never reach the shard topic (README, "The URL stage").
+    # URLs decided or answered at routing never reach the shard topic (README, "The URL stage").
     rate["shard_topic_offsets"] = h.end_offsets(kafka, shards)
     return rate
 
@@ -139,15 +139,17 @@ def _markdown(results: dict[str, Any]) -> str:
              "one worker each, "
              f"one run ({meta['date']}): `{meta['command']}`. Each pipeline ran the rounds shown, "
              "alternating with the others; its rate is the best of them.", "",
-             "| pipeline | URLs/s | vs same-hops passthrough | vs 1-hop passthrough | rounds (URLs/s) |",
+             "| pipeline | URLs/s | vs 2-hop passthrough | vs 1-hop passthrough | rounds (URLs/s) |",
              "|---|---:|---:|---:|---|"]
     notes: list[str] = []
     for rate in rates:
         value = rate.get("urls_per_s")
         if "shard_topic_offsets" in rate:
             notes.append(f"The stage's shard topic took {rate['shard_topic_offsets']:,} offsets "
-                         f"(records and commit markers) for {meta['records']:,} frontier records: "
-                         "the other repeats were answered at routing. Its output held "
+                         f"(records and commit markers) for {meta['records']:,} frontier records: a "
+                         "worker decides at routing the URLs of the shards it owns, and one worker "
+                         "owns them all here, so its new URLs make one hop, as the 1-hop "
+                         "passthrough's records do (with n workers, 1/n of them). Its output held "
                          f"{rate.get('emitted_distinct', 0):,} distinct URLs of "
                          f"{rate.get('distinct', 0):,} planted, each once per round.")
         if value is None:

@@ -89,7 +89,9 @@ MEANINGS = {
         "partitions of each stage's internal shard topic and changelog, so at most this many "
         "workers per stage; fixed for the life of the state (another value is refused)",
     ("runtime", "batch_max_messages"):
-        "records consumed per batch, and so per Kafka transaction, at most",
+        "records consumed per batch, and so per Kafka transaction, at most: a commit waits for the "
+        "broker, so fewer, larger transactions cost less (a batch of pages is bounded sooner by "
+        "the fetch queue)",
     ("runtime", "batch_max_wait_s"):
         "seconds a consume waits for records when none are fetched yet (records already fetched "
         "are taken at once, up to `batch_max_messages`)",

@@ -233,7 +233,7 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
     command.add_argument("--shards", type=int, default=None, help="internal shard count (fixed per state)")
     command.add_argument("--topic-prefix", default=None, help="prefix of every topic name")
     command.add_argument("--batch-max-messages", type=int, default=None,
-                         help="records per transaction at most (default 5000)")
+                         help="records per transaction at most (default 20000)")
     command.add_argument("--idle-exit-s", type=float, default=None,
                          help="exit after this many seconds without input (default: run until stopped)")
     command.add_argument("--metrics-port", type=int, default=None,

@@ -72,7 +72,7 @@ from streams.pages.waiting import (
     source_of,
 )
 from streams.records import RecordKind
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import InputPositions, InputReader, Message
 from streams.runtime.store import PartitionStore
@@ -158,7 +158,7 @@ class ContentSeenStage:
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
         self._intake = Intake(self.settings, self.settings.analysis_processes, self.max_record_bytes,
                               self._pages)
-        self._owned: Mapping[int, PartitionStore] = {}
+        self._owned = OwnedShards({})
         self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
         self._reader: InputReader | None = None
         self._topic_index = {topic: number for number, topic in enumerate(self.route_topics)}
@@ -171,7 +171,7 @@ class ContentSeenStage:
 
     # -- what the runtime gives the stage ------------------------------------------------------
 
-    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
+    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
         """The shards this worker owns: a page whose gather shard is one of them waits here."""
         self._owned, self._shard_count = owned, shards
 

@@ -3,9 +3,10 @@
 route (any frontier partition): decode and validate the record, resolve the URL against its
 ``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
 ``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
-fingerprint. A bad record or URL becomes a dead letter with the reason. A certain repeat is
-answered here, without the shard topic: a fingerprint this worker routed before (a bounded set,
-:mod:`streams.urls.recent`) or one in the committed store of a shard it owns (see ``_in_owned_shard``).
+fingerprint. A bad record or URL becomes a dead letter with the reason. Two kinds of URL need no
+trip through the shard topic: a fingerprint this worker routed or decided before (a bounded set,
+:mod:`streams.urls.recent`) is a repeat, and a URL of a shard this worker owns is decided here,
+in the open transaction, exactly as the shard would (see ``_decide_at_routing``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
@@ -21,17 +22,17 @@ a worker whose version differs from its state's refuses to start until the state
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import orjson
 
 from streams import records
 from streams.errors import ConfigError, RecordRejected
 from streams.records import RecordKind
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import Message
 from streams.runtime.store import PartitionStore
@@ -79,9 +80,9 @@ class UrlDedupStage:
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
         self._checked: set[int] = set()
-        self._owned: Mapping[int, PartitionStore] = {}
+        self._owned = OwnedShards({})
         self._shard_count = 0  # until the runtime attaches its shards: no routing-time answers
-        self._routing: set[bytes] = set()  # routed in the open transaction
+        self._routing: set[bytes] = set()  # routed or decided in the open transaction
         self._recent = RecentKeys(self.settings.route_cache_urls)
 
     def open_shard(self, partition: int, store: PartitionStore) -> None:
@@ -97,19 +98,46 @@ class UrlDedupStage:
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         key = canonical.fingerprint(url)
         shard = None
-        if self._shard_count:  # under the runtime: repeats known here skip the shard topic
+        if self._shard_count:  # under the runtime: see _decide_at_routing
             if key in self._routing or key in self._recent:
                 self.decisions["seen"] += 1
                 return []
-            shard = partition_for(key, self._shard_count)  # 1.5 µs: only for what is not recent
-            if self._in_owned_shard(shard, key):
-                self.decisions["seen"] += 1
-                return []
+            shard = partition_for(key, self._shard_count)
+            state = self._owned.state(shard)
+            if state is not None:
+                return self._decide_at_routing(shard, state, key, url, record)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
-        new_url = {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()}
-        return [Emit(self.state_topic, records.encode(RecordKind.NEW_URL, new_url), key, shard)]
+        return [Emit(self.state_topic, self._new_url_record(record, url, key), key, shard)]
 
-    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
+    def _decide_at_routing(self, shard: int, state: BatchState, key: bytes, url: str,
+                           record: dict[str, Any]) -> list[Emit]:
+        """Decide a URL whose shard this worker owns, as the shard would, in the open transaction.
+
+        The shard topic only carries a URL to the worker that owns its shard; when that is this
+        worker, the trip (encode, produce, fetch back, decide: most of the stage's Kafka work) adds
+        nothing. The decision is taken against the shard's state as the open transaction sees it,
+        the state its shard records are decided against, so its write, its changelog record and
+        its output commit or abort with the batch, as a shard record's would, and the group
+        generation that fences a shard record's transaction fences this one. A sighting of the same
+        URL that another worker routed to the shard topic is decided there later and finds this
+        one: the URL is emitted once, by whichever sighting the owner decides first.
+
+        A fingerprint decided here, or routed to the shard topic and accepted by the runtime
+        (:meth:`routed`), is remembered (``_routing``, then ``_recent`` once committed, forgotten on
+        abort): a later sighting is answered from memory, before the shard's Bloom filter and store.
+        """
+        if self._is_seen(shard, state, key):
+            return []
+        self._record_new(state, key, url)
+        self._routing.add(key)
+        return [Emit(self.topics.new_urls, self._new_url_record(record, url, key), host_of(url).encode())]
+
+    @staticmethod
+    def _new_url_record(record: dict[str, Any], url: str, key: bytes) -> bytes:
+        return records.encode(RecordKind.NEW_URL,
+                              {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()})
+
+    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
         self._owned, self._shard_count = owned, shards
 
     def routed(self, emits: Sequence[Emit]) -> None:
@@ -123,39 +151,31 @@ class UrlDedupStage:
         self._routing = set()
 
     def revoked(self, shards: Sequence[int]) -> None:
-        pass  # _in_owned_shard asks the live map of owned stores, which the engine updates
-
-    def _in_owned_shard(self, shard: int, key: bytes) -> bool:
-        """Whether ``key`` is in the committed seen-set of ``shard``, when this worker owns it.
-
-        Together with the fingerprints this worker routed (before, in a committed transaction, or
-        in this one: ``_routing`` and ``_recent``, checked first in :meth:`route`), these are the
-        certain repeats known without their shard. Either way the URL's first sighting is in the
-        shard topic ahead of this one, or already decided, so the shard would decide "seen";
-        deciding it here saves the repeat its trip through the shard topic (encode, produce,
-        consume, decide), which is most of the stage's Kafka work since most of a frontier is
-        repeats (:mod:`streams.urls.recent`). A routed fingerprint counts only once the runtime has
-        accepted its shard record (an output too large for its topic becomes a dead letter and is
-        never reported), and only within that transaction or once it commits (they commit or abort
-        together): an aborted route leaves no trace. A shard's store holds committed state only,
-        never this batch's writes.
-        """
-        store = self._owned.get(shard)
-        return store is not None and store.get(key) is not None
+        pass  # ownership is asked of the engine's live OwnedShards, which it updates
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()
         if key is None or len(key) != 16:
             raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
-        self._check_version(message.partition() or 0, state)
-        if state.get(key) is not None:
-            self.decisions["seen"] += 1
+        if self._is_seen(message.partition() or 0, state, key):
             return []
         value = message.value() or b"{}"
         record = orjson.loads(value)
-        state.set(key, record["canonical"].encode() if self._keep_urls else b"")
-        self.decisions["new"] += 1
+        self._record_new(state, key, record["canonical"])
         return [Emit(self.topics.new_urls, value, record["host"].encode())]
+
+    def _is_seen(self, shard: int, state: BatchState, key: bytes) -> bool:
+        self._check_version(shard, state)
+        if state.get(key) is None:
+            return False
+        self.decisions["seen"] += 1
+        return True
+
+    def _record_new(self, state: BatchState, key: bytes, url: str) -> None:
+        """The first sighting: the seen mark keeps the URL itself, so the set can be
+        re-fingerprinted when canonicalization changes (``url-dedup-migrate``)."""
+        state.set(key, url.encode() if self._keep_urls else b"")
+        self.decisions["new"] += 1
 
     def _check_version(self, partition: int, state: BatchState) -> None:
         """On a shard's first record: adopt an empty shard, refuse one of another version."""

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from streams.content_seen import ContentSeenStage
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import InputPositions
@@ -88,7 +88,7 @@ class Cluster:
 
     def _attach(self, worker: Worker) -> None:
         owned = {shard: self.stores[shard] for shard in worker.shards}
-        worker.stage.attach_shards(owned, len(self.shard_logs))
+        worker.stage.attach_shards(OwnedShards(owned), len(self.shard_logs))
         worker.stage.attach_input_reader(self)
         for shard, store in owned.items():
             worker.stage.open_shard(shard, store)

@@ -13,7 +13,7 @@ import pytest
 from streams import simweb
 from streams.content_seen import ContentSeenSettings, ContentSeenStage
 from streams.pages.waiting import PageCache, Source
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.offline import LineMessage
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
@@ -96,7 +96,7 @@ def test_a_page_decided_by_another_worker_takes_its_record_along() -> None:
     alone = ContentSeenStage(TOPICS, "a")
     expected = _run(alone, alone, messages)
     router = ContentSeenStage(TOPICS, "a")
-    router.attach_shards({}, 8)
+    router.attach_shards(OwnedShards({}), 8)
     reader = FakeReader({})
     decider = ContentSeenStage(TOPICS, "a")
     decider.attach_input_reader(reader)

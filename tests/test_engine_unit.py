@@ -79,7 +79,7 @@ def engine() -> Engine:
     stores = {0: MemoryStore(), 1: MemoryStore()}
     made = Engine(EchoStage(), KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
                   "dlq", store_factory=stores.__getitem__)
-    made._stores = stores  # as if both shards were assigned
+    made._stores.update(stores)  # as if both shards were assigned
     made._producer = StubProducer()  # type: ignore[assignment]
     return made
 
@@ -275,7 +275,7 @@ def _reporting_engine() -> tuple[Engine, ReportingStage, TransactionalStub, Stub
     stores = {0: MemoryStore()}
     made = Engine(stage, KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
                   "dlq", store_factory=stores.__getitem__)
-    made._stores = stores
+    made._stores.update(stores)
     producer, tracker = TransactionalStub(), StubTracker()
     made._producer = producer  # type: ignore[assignment]
     made._inputs = tracker  # type: ignore[assignment]

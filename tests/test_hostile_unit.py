@@ -155,7 +155,7 @@ def _engine(limits: dict[str, int] | None) -> Engine:
     stores = {0: MemoryStore(), 1: MemoryStore()}
     made = Engine(EchoStage(), KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
                   "dlq", store_factory=stores.__getitem__, output_limits=limits)
-    made._stores = stores  # type: ignore[assignment]
+    made._stores.update(stores)
     made._producer = StubProducer()  # type: ignore[assignment]
     return made
 

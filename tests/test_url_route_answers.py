@@ -1,24 +1,27 @@
-"""Repeats answered at routing (``streams/urls/recent.py``, ``UrlDedupStage.route``): the bounded
-set's guarantees, and that an answer is only ever given for a URL whose first sighting is certain to
-reach (or to have reached) its shard: routed in a committed transaction or in the same one, or in
-the committed store of an owned shard. Never after an abort.
+"""Answers at routing (``streams/urls/recent.py``, ``UrlDedupStage.route``): the bounded set's
+guarantees; that a repeat is only ever answered for a URL whose first sighting is certain to reach
+(or to have reached) its shard: routed in a committed transaction or in the same one, never after an
+abort; and that a URL of an owned shard is decided at routing against the same transaction's state
+its shard records are decided against.
 """
 
 from __future__ import annotations
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.config import RuntimeSettings
-from streams.runtime.batch import BatchState, Emit
+from streams.errors import ConfigError
+from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage
+from streams.url_dedup import VERSION_KEY, UrlDedupStage
 from streams.urls.canonical import fingerprint
 from streams.urls.recent import RecentKeys
 from streams.urls.settings import UrlDedupSettings
@@ -40,9 +43,9 @@ def test_recent_keys_hold_at_most_capacity_and_remember_the_latest_half(keys: li
     assert all(key in set(keys) for key in [*recent._young, *recent._old])  # nothing invented
 
 
-def _stage(owned: dict[int, MemoryStore] | None = None) -> UrlDedupStage:
+def _stage(owned: OwnedShards | None = None) -> UrlDedupStage:
     stage = UrlDedupStage(Topics("t."), "app", UrlDedupSettings(route_cache_urls=100))
-    stage.attach_shards(owned if owned is not None else {}, SHARDS)
+    stage.attach_shards(owned if owned is not None else OwnedShards({}), SHARDS)
     return stage
 
 
@@ -101,16 +104,64 @@ def test_the_engine_reports_only_shard_records_it_accepted() -> None:
     assert engine._producer.topics == ["t.dead-letters", stage.state_topic]  # type: ignore[attr-defined]
 
 
-def test_a_url_in_an_owned_shards_committed_store_is_answered_and_others_are_routed() -> None:
-    key = fingerprint(URL)
-    shard = partition_for(key, SHARDS)
+def _owning(store: MemoryStore, url: str = URL) -> OwnedShards:
+    """The shards of a worker that owns only ``url``'s shard, kept in ``store``."""
+    owned = OwnedShards({partition_for(fingerprint(url), SHARDS): store})
+    owned.begin()
+    return owned
+
+
+def test_a_url_in_an_owned_shards_store_is_answered_and_others_are_routed() -> None:
     store = MemoryStore()
-    store.apply({key: URL.encode()}, None)
-    assert _route(_stage({shard: store}), URL) == []
-    assert len(_route(_stage({(shard + 1) % SHARDS: store}), URL)) == 1  # not the owner: ask the shard
-    uncommitted = MemoryStore()
-    BatchState(uncommitted).set(key, URL.encode())  # a batch's write, not yet committed
-    assert len(_route(_stage({shard: uncommitted}), URL)) == 1
+    store.apply({fingerprint(URL): URL.encode()}, None)
+    assert _route(_stage(_owning(store)), URL) == []
+    not_owner = OwnedShards({(partition_for(fingerprint(URL), SHARDS) + 1) % SHARDS: store})
+    [routed] = _route(_stage(not_owner), URL)
+    assert routed.topic == "t.app.url-dedup.shards"  # not the owner: the shard decides
+
+
+def test_a_first_sighting_in_an_owned_shard_is_decided_in_the_open_transaction() -> None:
+    store = MemoryStore()
+    owned = _owning(store)
+    stage = _stage(owned)
+    [new] = _route(stage, URL + "#top")
+    assert (new.topic, new.key) == ("t.new-urls", b"example.com")
+    assert orjson.loads(new.value or b"")["canonical"] == URL
+    shard = partition_for(fingerprint(URL), SHARDS)
+    assert owned.states[shard].writes[fingerprint(URL)] == URL.encode()  # commits with the output
+    assert store.get(fingerprint(URL)) is None  # nothing applied before the commit
+    assert _route(stage, URL) == [] and stage.decisions == {"new": 1, "seen": 1}
+
+
+def test_a_shard_record_of_a_url_decided_at_routing_is_a_repeat_and_the_reverse() -> None:
+    """Another worker's sighting in the shard topic, decided before or after this worker's own."""
+    key, shard = fingerprint(URL), partition_for(fingerprint(URL), SHARDS)
+    shard_record = LineMessage("t.app.url-dedup.shards", 0, orjson.dumps(
+        {"url": URL, "canonical": URL, "host": "example.com", "fingerprint": key.hex()}), key, shard)
+    for shard_first in (False, True):
+        owned = _owning(MemoryStore())
+        stage = _stage(owned)
+        state = owned.state(shard)
+        assert state is not None
+        first = stage.process(shard_record, state) if shard_first else _route(stage, URL)
+        second = _route(stage, URL) if shard_first else stage.process(shard_record, state)
+        assert (len(first), second) == (1, [])
+
+
+def test_a_decision_at_routing_in_an_aborted_transaction_leaves_nothing() -> None:
+    owned = _owning(MemoryStore())
+    stage = _stage(owned)
+    assert len(_route(stage, URL)) == 1
+    stage.aborted()
+    owned.begin()  # the engine's next transaction: the aborted one's writes are gone
+    assert len(_route(stage, URL)) == 1
+
+
+def test_a_shard_of_another_canonicalization_is_refused_at_routing_too() -> None:
+    store = MemoryStore()
+    store.apply({VERSION_KEY: b"1:safe"}, None)
+    with pytest.raises(ConfigError, match="url-dedup-migrate"):
+        _route(_stage(_owning(store)), URL)
 
 
 def test_without_the_runtime_every_record_goes_to_its_shard() -> None:

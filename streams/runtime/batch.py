@@ -1,12 +1,13 @@
-"""What a stage's two steps work with inside one batch: the shard's state and the records to emit.
+"""What a stage's two steps work with inside one batch: the shards' state and the records to emit.
 
-Kept apart from the protocols of :mod:`streams.runtime.stage` because these two classes are on the
+Kept apart from the protocols of :mod:`streams.runtime.stage` because these classes are on the
 hot path of every record and are compiled with mypyc (``setup.py``), which cannot compile the
 ``runtime_checkable`` protocols the engine tests stages against.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from streams.runtime.store import PartitionStore
@@ -54,3 +55,39 @@ class BatchState:
     @property
     def store(self) -> PartitionStore:
         return self._store
+
+
+class OwnedShards:
+    """The shards this worker owns, each as the open transaction sees it.
+
+    The engine keeps one, over its live map of owned stores, and starts it afresh for each
+    transaction (:meth:`begin`); the shard records of a batch are decided against its
+    :meth:`state`, and so may a stage's router decide a record of an owned shard (the URL stage
+    decides a URL's first sighting there without the trip through the shard topic): both see the
+    same writes, which commit or abort together. Ownership changes only between batches (a
+    rebalance runs inside the consumer's poll, never during a transaction).
+    """
+
+    __slots__ = ("_stores", "states")
+
+    def __init__(self, stores: Mapping[int, PartitionStore]) -> None:
+        self._stores = stores
+        self.states: dict[int, BatchState] = {}
+
+    def __contains__(self, partition: int) -> bool:
+        return partition in self._stores
+
+    def begin(self) -> dict[int, BatchState]:
+        """A new transaction: no writes yet. Returns the map its states will be kept in."""
+        self.states = {}
+        return self.states
+
+    def state(self, partition: int) -> BatchState | None:
+        """Shard ``partition`` as the open transaction sees it, or None when it is not owned here."""
+        state = self.states.get(partition)
+        if state is None:
+            store = self._stores.get(partition)
+            if store is None:
+                return None
+            state = self.states[partition] = BatchState(store)
+        return state

@@ -37,7 +37,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
@@ -99,9 +99,10 @@ class Engine:
         self.counters = Counters()
         self._store_factory = store_factory or self._rocks_store
         self._stores: dict[int, PartitionStore] = {}
+        self._owned = OwnedShards(self._stores)
         self._shard_aware = stage if isinstance(stage, ShardAware) else None
         if self._shard_aware is not None:
-            self._shard_aware.attach_shards(self._stores, settings.shards)
+            self._shard_aware.attach_shards(self._owned, settings.shards)
         self._tracker = stage if isinstance(stage, TracksRouting) else None
         self._input_reader: RecordReader | None = None
         if isinstance(stage, RereadsInputs):
@@ -344,7 +345,7 @@ class Engine:
                        deadline: float | None) -> tuple[dict[int, BatchState], int]:
         """Process ``batch`` from ``start`` until its end or, after at least one record, until
         ``deadline`` (``time.perf_counter``); return the states and how many records were done."""
-        states: dict[int, BatchState] = {}
+        states = self._owned.begin()
         state_topic = self.stage.state_topic
         done = 0
         for message in batch[start:]:
@@ -353,11 +354,8 @@ class Engine:
             done += 1
             try:
                 if message.topic() == state_topic:
-                    partition = message.partition()
-                    assert partition is not None
-                    state = states.get(partition)
-                    if state is None:
-                        state = states[partition] = BatchState(self._stores[partition])
+                    state = self._owned.state(message.partition() or 0)
+                    assert state is not None  # _consume dropped records of shards not owned
                     emits = self.stage.process(message, state)
                     self._outputs.check(emits)
                 else:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from streams.runtime.batch import BatchState, Emit
+from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.store import PartitionStore, RocksStore
 
 
@@ -92,13 +92,14 @@ class Preparing(Protocol):
 
 @runtime_checkable
 class ShardAware(Protocol):
-    """A stage whose router looks at the shards its worker owns (the URL stage answers a repeat from
-    an owned shard's committed store; the page stage keeps a page in memory when it owns the page's
-    gather shard). The engine tells it what it owns."""
+    """A stage whose router looks at the shards its worker owns (the URL stage decides a URL of an
+    owned shard at routing; the page stage keeps a page in memory when it owns the page's gather
+    shard). The engine tells it what it owns."""
 
-    def attach_shards(self, owned: Mapping[int, PartitionStore], shards: int) -> None:
-        """Called once, before any record: the engine's live map of owned shard stores (committed
-        state only: a batch's writes reach them after its transaction commits) and the shard count."""
+    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
+        """Called once, before any record: the shards this worker owns, live, each as the open
+        transaction sees it (the same state its shard records are decided against), and the
+        shard count."""
         ...
 
     def revoked(self, shards: Sequence[int]) -> None:

@@ -129,6 +129,13 @@ class RocksStore:
     leading bytes of each key (:mod:`streams.runtime.rocks_tables` says when and why). A store
     found in the other format is converted when it is opened. The options hold for the default
     column family too (:func:`~streams.runtime.rocks_tables.open_db` says why).
+
+    Writes skip RocksDB's write-ahead log, as Kafka Streams' RocksDB stores do: the changelog is
+    the log. A process killed before RocksDB flushed its memtable reopens the store at its last
+    flush, which is a consistent earlier state (one column family; each :meth:`apply` is one
+    atomic write batch holding its changelog offset), and recovery replays the changelog from that
+    offset. A clean close flushes the memtable. The log cost the URL worker about 2 % of its time
+    (a file append per shard per batch) and doubled what it wrote to disk.
     """
 
     def __init__(self, path: Path, block_cache_mb: int = 64, *,
@@ -145,6 +152,7 @@ class RocksStore:
         self._path = path
         self.table_format = wanted
         self._db = rocks_tables.open_db(path, options)
+        self._db.set_write_options(rocks_tables.without_wal())
         if wanted == "plain":
             rocks_tables.release_freed_heap()
         os.chmod(path, 0o700)
@@ -187,8 +195,8 @@ class RocksStore:
         self._db.put(META_PREFIX + name.encode(), value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Data keys in order, read from the first key: a PlainTable store seeks only within a prefix."""
-        for key, value in self._db.items():
+        """Data keys in order (not the hot path: migrations, rebuilding a Bloom filter, tests)."""
+        for key, value in rocks_tables.scan(self._db):
             assert isinstance(key, bytes) and isinstance(value, bytes)  # raw_mode
             if key < DATA_PREFIX:
                 continue
