@@ -68,8 +68,17 @@ reliability: venv jars
 
 bench: bench-runtime bench-url bench-content bench-revisit
 
-bench-runtime: venv jars
-	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent --kill-runtimes confluent --kills 20
+# quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
+QUIX_VENV := .venv-quix
+QUIX_STAMP := $(QUIX_VENV)/.installed
+
+$(QUIX_STAMP): bench/runtimes/quix-requirements.txt bench/runtimes/quix-constraints.txt
+	test -x $(QUIX_VENV)/bin/python || $(PYTHON_BIN) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install -q -c bench/runtimes/quix-constraints.txt -r bench/runtimes/quix-requirements.txt
+	touch $@
+
+bench-runtime: venv jars $(QUIX_STAMP)
+	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent,quix --kill-runtimes confluent,quix --kills 20
 
 # The URL benchmark compares with a scrapy-redis style dedup: w3lib and redis-py from PyPI, and
 # Debian's redis-server (installed here when missing and running as root).
@@ -103,5 +112,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) .kafka state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) .kafka state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete

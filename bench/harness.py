@@ -156,6 +156,9 @@ class KillReport:
     seconds: float = 0.0
     first_progress_at: float | None = None  # seconds from the first start to the first commit
     first_progress_records: int = 0
+    # After each kill: seconds from the restart to the first progress past the kill point (the
+    # worker's next commit), so its restart cost and its commit interval together.
+    resumed_after_s: list[float] = field(default_factory=list)
 
 
 class _Progress:
@@ -210,6 +213,7 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
         process = _spawn(command, log_path)
         report.restarts += 1
         report.kill_points.append(progress())
+        _wait_for_resume(process, progress, total, report, deadline, log_path)
     while progress() < total or (done is not None and not done()):
         if time.monotonic() > deadline:
             process.kill()
@@ -226,6 +230,21 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
         process.kill()
     report.seconds = time.monotonic() - began
     return report
+
+
+def _wait_for_resume(process: subprocess.Popen[bytes], progress: Callable[[], int], total: int,
+                     report: KillReport, deadline: float, log_path: Path) -> None:
+    """Wait until a restarted worker commits past where its predecessor was killed; note how long."""
+    restarted, point = time.monotonic(), report.kill_points[-1]
+    if point >= total:
+        return
+    while progress() <= point and process.poll() is None:
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(f"no progress after a restart in time; see {log_path}")
+        time.sleep(0.05)
+    if process.poll() is None:
+        report.resumed_after_s.append(round(time.monotonic() - restarted, 2))
 
 
 def steady_rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,

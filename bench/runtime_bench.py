@@ -1,9 +1,14 @@
-"""Runtime benchmark (issue 2, decision 0001): the "emit each key once" processor on this
-project's confluent-kafka runtime beside a raw passthrough, on one broker and one input; then the
-runtime SIGKILLed at 20 random points of a 1M-record stream, output read with read_committed.
+"""Runtime benchmark (decision 0001): the "emit each key once" processor on this project's
+confluent-kafka runtime (``confluent``) and on quixstreams (``quix``, exactly-once, RocksDB state)
+beside a raw passthrough, on one broker and one input; then each runtime SIGKILLed at random points
+of the stream and restarted, output read with read_committed.
 
     python -m bench.runtime_bench [--records 1000000] [--distinct 700000] [--kills 20]
-                                  [--runtimes passthrough,confluent] [--kill-runtimes confluent]
+                                  [--runtimes passthrough,confluent,quix]
+                                  [--kill-runtimes confluent,quix]
+
+``quix`` runs in the virtualenv ``.venv-quix`` (``make bench-runtime`` makes it: quixstreams needs
+an older confluent-kafka than the project's, ``bench/runtimes/quix-requirements.txt``).
 
 Writes ``bench/results/runtime.json`` and ``bench/results/runtime.md`` and prints the table.
 The faust-streaming implementation it was compared with (``--runtimes ...,faust``) was removed by
@@ -28,6 +33,7 @@ from streams.runtime.kafka_io import KafkaConfig
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 4
 PYTHON = sys.executable
+QUIX_PYTHON = h.PROJECT_ROOT / ".venv-quix" / "bin" / "python"
 
 
 def _command(runtime: str, kafka: KafkaConfig, source: str, sink: str, group: str,
@@ -40,6 +46,12 @@ def _command(runtime: str, kafka: KafkaConfig, source: str, sink: str, group: st
         return [PYTHON, "-m", "streams", "first-seen", "--input", source, "--output", sink,
                 "--app-id", group, "--worker-id", "w0", "--state-dir", str(state_dir),
                 "--topic-prefix", f"{group}."], f"{group}.{group}.first-seen"
+    if runtime == "quix":
+        if not QUIX_PYTHON.exists():
+            raise SystemExit(f"{QUIX_PYTHON} is missing: run 'make bench-runtime' (or make .venv-quix)")
+        return [str(QUIX_PYTHON), "bench/runtimes/quix_first_seen.py", "--bootstrap",
+                kafka.bootstrap_servers, "--input", source, "--output", sink, "--group", group,
+                "--state-dir", str(state_dir)], group
     raise ValueError(runtime)
 
 
@@ -72,8 +84,11 @@ def kill_test(runtime: str, kafka: KafkaConfig, source: str, total: int, expecte
     progress = _progress(kafka, progress_group, source)
     report = h.run_with_kills(command, progress, total, kills=kills, log_path=work / f"kill-{runtime}.log")
     counts = h.read_all(kafka, sink)
+    resumed = sorted(report.resumed_after_s)
     return {"runtime": runtime, "kills": report.kills, "restarts": report.restarts,
-            "seconds": round(report.seconds, 1), **h.verdict(expected, counts)}
+            "seconds": round(report.seconds, 1), "resumed_after_s": report.resumed_after_s,
+            "resumed_median_s": resumed[len(resumed) // 2] if resumed else None,
+            "resumed_max_s": resumed[-1] if resumed else None, **h.verdict(expected, counts)}
 
 
 def _markdown(rates: list[dict[str, Any]], kills: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -85,11 +100,13 @@ def _markdown(rates: list[dict[str, Any]], kills: list[dict[str, Any]], meta: di
         ratio = f"{r['msgs_per_s'] / base:.2f}" if base and r["msgs_per_s"] else "-"
         lines.append(f"| {r['runtime']} | {r['msgs_per_s']:,} | {ratio} | {r['startup_s']} |")
     if kills:
-        lines += ["", "| runtime | SIGKILLs | restarts | expected keys | lost | doubled | seconds |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "| runtime | SIGKILLs | restarts | expected keys | lost | doubled | seconds | "
+                      "restart to next commit, s (median / max) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for k in kills:
             lines.append(f"| {k['runtime']} | {k['kills']} | {k['restarts']} | {k['expected']:,} | "
-                         f"{k['lost']} | {k['doubled']} | {k['seconds']} |")
+                         f"{k['lost']} | {k['doubled']} | {k['seconds']} | "
+                         f"{k['resumed_median_s']} / {k['resumed_max_s']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -122,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "runtime.md").write_text(table)
     print(table)
     shutil.rmtree(work, ignore_errors=True)
-    bad = [k for k in kills if k["runtime"] == "confluent" and (k["lost"] or k["doubled"])]
+    # Ours must hold; another runtime's losses are a finding for the decision record, not a failure.
+    bad = [k for k in kills if k["runtime"] == "confluent" and (k["lost"] or k["doubled"] or k["unexpected"])]
     return 1 if bad else 0
 
 
