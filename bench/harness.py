@@ -95,6 +95,33 @@ def end_offsets(kafka: KafkaConfig, topic: str) -> int:
         consumer.close()
 
 
+def seconds_until_settled(kafka: KafkaConfig, topic: str, timeout_s: float = 300.0) -> float:
+    """Wait until no transaction is open on ``topic`` (every partition's last stable offset, what a
+    read_committed reader may read up to, is its end); return the seconds waited.
+
+    A worker killed in a transaction leaves it open until its successor fences it (same
+    ``transactional.id``) or the broker aborts it at ``transaction.timeout.ms``; meanwhile
+    read_committed readers see nothing written after it began, committed or not. Reading before
+    then would count those records as lost. Raises ``TimeoutError`` past ``timeout_s``.
+    """
+    began = time.monotonic()
+    committed = Consumer(kafka.consumer(fresh_name("lso"), **{"isolation.level": "read_committed"}))
+    uncommitted = Consumer(kafka.consumer(fresh_name("hwm"), **{"isolation.level": "read_uncommitted"}))
+    try:
+        partitions = committed.list_topics(topic, timeout=10).topics[topic].partitions
+        while True:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            if all(committed.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                   == uncommitted.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in tps):
+                return time.monotonic() - began
+            if time.monotonic() - began > timeout_s:
+                raise TimeoutError(f"a transaction on {topic} stayed open for {timeout_s} s")
+            time.sleep(0.5)
+    finally:
+        committed.close()
+        uncommitted.close()
+
+
 def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int) -> int:
     """Sum of the group's committed offsets on ``topic`` (its progress)."""
     consumer = Consumer(kafka.consumer(group))
