@@ -107,7 +107,7 @@ class UrlDedupStage:
             if state is not None:
                 return self._decide_at_routing(shard, state, key, url, record)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
-        return [Emit(self.state_topic, self._new_url_record(record, url, key), key, shard)]
+        return [Emit(self.state_topic, self._new_url_record(record, url, key, host_of(url)), key, shard)]
 
     def _decide_at_routing(self, shard: int, state: BatchState, key: bytes, url: str,
                            record: dict[str, Any]) -> list[Emit]:
@@ -130,12 +130,13 @@ class UrlDedupStage:
             return []
         self._record_new(state, key, url)
         self._routing.add(key)
-        return [Emit(self.topics.new_urls, self._new_url_record(record, url, key), host_of(url).encode())]
+        host = host_of(url)
+        return [Emit(self.topics.new_urls, self._new_url_record(record, url, key, host), host.encode())]
 
     @staticmethod
-    def _new_url_record(record: dict[str, Any], url: str, key: bytes) -> bytes:
+    def _new_url_record(record: dict[str, Any], url: str, key: bytes, host: str) -> bytes:
         return records.encode(RecordKind.NEW_URL,
-                              {**record, "canonical": url, "host": host_of(url), "fingerprint": key.hex()})
+                              {**record, "canonical": url, "host": host, "fingerprint": key.hex()})
 
     def attach_shards(self, owned: OwnedShards, shards: int) -> None:
         self._owned, self._shard_count = owned, shards

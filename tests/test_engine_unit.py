@@ -113,6 +113,37 @@ def test_bad_records_become_dead_letters(engine: Engine, value: bytes, reason: s
     assert engine.counters.dead_letters == 1
 
 
+@dataclass
+class SmallQueueProducer(StubProducer):
+    """A producer whose local queue holds ``capacity`` records until ``poll`` delivers them, as
+    librdkafka's ``queue.buffering.max.messages`` does."""
+
+    capacity: int = 3
+    queued: int = 0
+    polls: int = 0
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                on_delivery: Any = None) -> None:
+        if self.queued >= self.capacity:
+            raise BufferError("Local: Queue full")
+        self.queued += 1
+        super().produce(topic, value, key, partition, on_delivery)
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        delivered, self.queued = self.queued, 0
+        return delivered
+
+
+def test_a_batch_larger_than_the_producer_queue_waits_for_room(engine: Engine) -> None:
+    """A full local queue (BufferError) is waited out inside the transaction, never a crash."""
+    engine._producer = SmallQueueProducer()  # type: ignore[assignment]
+    engine._process([LineMessage("shards", i, b"v", f"k{i}".encode(), i % 2)  # type: ignore[list-item]
+                     for i in range(10)])
+    assert [p[2] for p in _produced(engine)] == [f"k{i}".encode() for i in range(10)]
+    assert engine._producer.polls >= 3  # type: ignore[attr-defined]
+
+
 def test_offsets_are_one_past_the_last_record_of_each_partition() -> None:
     batch = [LineMessage("in", 5, b"", None, 0), LineMessage("in", 9, b"", None, 0),
              LineMessage("shards", 2, b"", None, 1)]

@@ -40,7 +40,7 @@ from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
-from streams.runtime.kafka_io import KafkaConfig, RecordReader
+from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
 from streams.runtime.outputs import Outputs
 from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
@@ -381,10 +381,14 @@ class Engine:
         by_topic = self.counters.emitted_by_topic
         for emit in emits:
             by_topic[emit.topic] = by_topic.get(emit.topic, 0) + 1
-            if emit.partition is None:
-                produce(emit.topic, emit.value, emit.key)
-            else:
-                produce(emit.topic, emit.value, emit.key, partition=emit.partition)
+            try:
+                if emit.partition is None:
+                    produce(emit.topic, emit.value, emit.key)
+                else:
+                    produce(emit.topic, emit.value, emit.key, partition=emit.partition)
+            except BufferError:
+                produce_when_room(self._producer, self.settings.transaction_timeout_s, emit.topic,
+                                  emit.value, emit.key, emit.partition)
         self.counters.emitted += len(emits)
 
     def _commit(self, batch: list[Message], states: dict[int, BatchState]) -> dict[int, int]:
@@ -399,9 +403,13 @@ class Engine:
         for partition, state in states.items():
             items = list(state.writes.items())
             for index, (key, value) in enumerate(items):
-                last = index == len(items) - 1
-                self._producer.produce(self.changelog_topic, value, key, partition=partition,
-                                       on_delivery=remember if last else None)
+                on_delivery = remember if index == len(items) - 1 else None
+                try:
+                    self._producer.produce(self.changelog_topic, value, key, partition=partition,
+                                           on_delivery=on_delivery)
+                except BufferError:
+                    produce_when_room(self._producer, self.settings.transaction_timeout_s,
+                                      self.changelog_topic, value, key, partition, on_delivery)
         timeout_s = self.settings.transaction_timeout_s
         with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
             self._producer.send_offsets_to_transaction(

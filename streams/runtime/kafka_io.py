@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +181,31 @@ def _wait_until_visible(admin: AdminClient, names: list[str], timeout_s: float) 
         if time.monotonic() > deadline:
             raise BrokerError(f"created topics not visible after {timeout_s} s: {', '.join(names)}")
         time.sleep(0.1)
+
+
+def produce_when_room(producer: Producer, timeout_s: float, topic: str, value: bytes | None,
+                      key: bytes | None, partition: int | None = None,
+                      on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
+    """Produce one record once the client's local queue has room for it (after ``produce`` raised
+    ``BufferError``), serving deliveries meanwhile.
+
+    A transaction may produce more records than the queue holds (``queue.buffering.max.messages``,
+    100,000 by default: a URL batch of 80,000 new URLs produces as many outputs and as many
+    changelog records); records produced so far stay in the transaction, so waiting loses nothing.
+    Raises :class:`~streams.errors.BrokerError` when no room appears within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        producer.poll(0.05)
+        try:
+            if partition is None:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+            else:
+                producer.produce(topic, value, key, partition=partition, on_delivery=on_delivery)
+            return
+        except BufferError:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the producer's queue stayed full for {timeout_s} s") from None
 
 
 def produce_all(kafka: KafkaConfig, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
