@@ -41,8 +41,9 @@ $(JARS): kafka/pom.xml
 	touch $@
 
 lint: venv
-	$(VENV)/bin/ruff check streams tests bench setup.py
+	$(VENV)/bin/ruff check streams tests bench tools setup.py
 	$(VENV)/bin/mypy streams
+	$(PY) tools/import_cycles.py streams
 
 unit: venv
 	$(PY) -m pytest -m "not kafka" -q

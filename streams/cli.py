@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streams import config, kafka_local
+from streams.cluster import kafka_config
 from streams.errors import StreamsError
-from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 
@@ -28,13 +28,6 @@ if TYPE_CHECKING:
     from streams.urls.settings import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def kafka_config(args: argparse.Namespace | None = None) -> KafkaConfig:
-    """The cluster to use: ``KAFKA_BOOTSTRAP_SERVERS`` if set, else the local broker's address."""
-    toml = getattr(args, "config", None)
-    bootstrap = config.bootstrap_servers() or kafka_local.LocalBroker().bootstrap
-    return KafkaConfig(bootstrap, config.kafka_client_settings(toml))
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -73,7 +66,7 @@ def _first_seen(args: argparse.Namespace) -> int:
     from streams.runtime.first_seen import FirstSeenStage
     from streams.runtime.runner import StageTopics, run_stage
 
-    kafka = kafka_config(args)
+    kafka = kafka_config(args.config)
     metadata = AdminClient(kafka.admin()).list_topics(args.input, timeout=30).topics.get(args.input)
     if metadata is None:
         raise StreamsError(f"input topic {args.input} does not exist")
@@ -109,7 +102,7 @@ def _url_dedup(args: argparse.Namespace) -> int:
     make = store_factory(url_settings, settings.shards, stage_dir(settings, stage.name),
                          settings.rocksdb_block_cache_mb)
     io = StageTopics(inputs=[topics.frontier], outputs=[topics.new_urls])
-    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,
+    run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
               store_factory=make, observer=_metrics(args))
     return 0
 
@@ -180,7 +173,7 @@ def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, con
             store = shard_store(stage, directory / stage.name / "shard-0000", settings.rocksdb_block_cache_mb)
             return _offline(stage, store, outputs(topics)[0])
     io = StageTopics(inputs=list(stage.route_topics), outputs=outputs(topics))
-    run_stage(stage, io, kafka_config(args), settings, topic_settings, idle_exit_s=args.idle_exit_s,
+    run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
               observer=_metrics(args))
     return 0
 
@@ -192,7 +185,7 @@ def _url_migrate(args: argparse.Namespace) -> int:
 
     settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
     topics = Topics(_topic_settings(args).prefix)
-    report = migrate(kafka_config(args), topics.group(settings.app_id, STAGE),
+    report = migrate(kafka_config(args.config), topics.group(settings.app_id, STAGE),
                      topics.shards(settings.app_id, STAGE), topics.changelog(settings.app_id, STAGE),
                      _url_settings(args))
     print(f"re-fingerprinted {report.urls} URLs: {report.moved} moved, {report.merged} merged, "

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from streams import config
+from streams.cluster import kafka_config
 from streams.ops.lag import PartitionLag, group_lag, topic_partitions
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
@@ -60,11 +61,9 @@ def render(lags: list[PartitionLag], per_partition: bool) -> str:
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from streams.cli import kafka_config
-
     app_id = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id).app_id
     prefix = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix
-    kafka = kafka_config(args)
+    kafka = kafka_config(args.config)
     stages = args.stage or list(STAGE_INPUTS)
     lags = measure(kafka, AdminClient(kafka.admin()), Topics(prefix), app_id, stages)
     if args.json:

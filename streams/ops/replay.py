@@ -28,6 +28,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams import config
+from streams.cluster import kafka_config
 from streams.errors import ConfigError
 from streams.ops.warc import DEFAULT_MAX_LINKS, FETCHED_PAGES, FRONTIER, Item, Out, Skip, warc_items
 from streams.runtime.kafka_io import (
@@ -291,8 +292,6 @@ def _group(tally: Counter[str], prefix: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The ``replay`` command: 0 when every record was delivered, 1 when some were not."""
-    from streams.cli import kafka_config  # the CLI imports this module
-
     names = list(args.files)
     for name in names:
         source_kind(name)
@@ -301,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
     settings = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix)
     topics = Topics(settings.prefix)
     targets = {FETCHED_PAGES: topics.fetched_pages, FRONTIER: topics.frontier}
-    kafka = kafka_config(args)
+    kafka = kafka_config(args.config)
     ensure_topics(kafka, [TopicSpec(name, settings.input_partitions) for name in targets.values()],
                   settings.replication_factor)
     max_bytes = args.max_record_bytes or record_limit(kafka, list(targets.values()))

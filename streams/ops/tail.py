@@ -23,6 +23,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from streams import config
+from streams.cluster import kafka_config
 from streams.errors import BrokerError, ConfigError
 from streams.topics import Topics
 
@@ -121,11 +122,9 @@ def records(consumer: Consumer, topic: str, partitions: list[int],
 
 def run(args: argparse.Namespace) -> int:
     """The ``tail`` command."""
-    from streams.cli import kafka_config  # the CLI imports this module
-
     prefix = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix
     topic = resolve_topic(args.topic, Topics(prefix))
-    consumer = Consumer(kafka_config(args).consumer(f"tail-{uuid.uuid4().hex[:12]}",
+    consumer = Consumer(kafka_config(args.config).consumer(f"tail-{uuid.uuid4().hex[:12]}",
                                                     **{"enable.partition.eof": True}))
     out = sys.stdout.buffer
     printed = 0

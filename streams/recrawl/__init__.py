@@ -10,5 +10,5 @@ benchmark (``bench/revisit_sim.py``) drives it through ``python -m streams revis
 * :mod:`.budget`: the shard's shared allocation state (rate histogram, multiplier, spend feedback).
 * :mod:`.schedule`: the one pure step per fetch that ties them together.
 * :mod:`.policies`: the interval policies (``default``, ``nutch``, ``fixed``) and their bounds.
-* :mod:`.prefetch`: seed 004's check of a HEAD response before a full fetch.
+* :mod:`.prefetch`: the check of a HEAD response before a full fetch.
 """

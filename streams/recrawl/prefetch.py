@@ -10,7 +10,7 @@ the reason, reading the evidence in this order:
    validator, so it wins over the date (section 13.2.2 gives If-None-Match the same precedence).
 3. Last-Modified on both sides: a different date is ``last_modified_changed`` (fetch). An equal
    date with a different Content-Length is ``content_length_changed`` (fetch); with an equal one
-   ``unchanged`` (skip, seed 004's rule); with no length to compare ``last_modified_unchanged`` (skip).
+   ``unchanged`` (skip: both validators agree); with no length to compare ``last_modified_unchanged`` (skip).
 4. Content-Length alone: a different one is ``content_length_changed`` (fetch); an equal one is
    ``content_length_only`` (fetch: an edit that keeps the length, a date or a digit, is common).
 5. ``no_validators``: nothing to compare, fetch.

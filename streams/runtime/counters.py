@@ -19,8 +19,8 @@ AGE_SAMPLE: Final = 64  # records whose timestamps give a batch's oldest (oldest
 class Counters:
     """Running totals of one worker, read by :mod:`streams.ops.metrics` after each batch.
 
-    Updated only by the engine's thread; the metrics layer reads them from ``on_batch`` in that
-    same thread, so no lock is needed.
+    Updated only by the engine's thread; the metrics layer reads them from its batch observer in
+    that same thread (:mod:`streams.ops.metrics`), so no lock is needed.
     """
 
     consumed: int = 0

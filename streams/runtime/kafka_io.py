@@ -3,7 +3,7 @@
 Every producer uses the ``murmur2_random`` partitioner, the Java client's (and aiokafka's)
 partitioner: librdkafka's default, ``consistent_random``, hashes keys with CRC32, so a record keyed
 by host would land on a different partition than a Java fetcher's record with the same key
-(field notes, confluent-kafka-python). Security and tuning properties from
+(librdkafka's CONFIGURATION.md, ``partitioner``). Security and tuning properties from
 :func:`streams.config.kafka_client_settings` are laid over every configuration.
 """
 
@@ -116,7 +116,7 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
                 raise ShardCountMismatch(
                     f"topic {spec.name} has {found} partitions but shards={spec.partitions}; "
                     f"state is partitioned by shard, so start with shards={found} or migrate "
-                    "(see README, 'Changing the shard count')"
+                    "(README, 'How a stage runs (exactly once)': shards is fixed for the life of the state)"
                 )
     missing = [spec for spec in specs if spec.name not in existing]
     if not missing:

@@ -5,8 +5,8 @@ the GIL for long stretches; one worker process would use one core. :class:`Proce
 function ``bytes -> bytes`` in ``processes`` children and maps it over a batch, results in input
 order. Nothing is pickled: inputs and results cross pipes as raw bytes
 (``Connection.send_bytes``/``recv_bytes``), and the function is named by its import path, so a
-child can only ever run code of this package on data it is handed (the DEVELOPERS rule: never
-unpickle anything that came from a topic). Children are started with ``forkserver`` so none
+child can only ever run code of this package on data it is handed (pickle runs code: nothing that
+came from a topic is ever unpickled). Children are started with ``forkserver`` so none
 inherits the parent's Kafka client threads or RocksDB handles.
 
 ``submit`` starts a batch and returns at once, so the worker decides the batch's shard records

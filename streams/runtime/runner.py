@@ -6,8 +6,8 @@ cannot be reinterpreted under another count: against the existing shard and chan
 worker's local stores (a state directory restored from another deployment).
 
 Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
-pass large records on (the page stage writes a page's body to its shard topic, its changelog and
-``unique-pages``). So every topic a stage creates gets a ``max.message.bytes`` of
+pass large records on (the page stage sends a page's body to ``unique-pages``, and to its shard
+topic when another worker owns the page's gather shard). So every topic a stage creates gets a ``max.message.bytes`` of
 ``max_record_bytes`` plus :data:`OUTPUT_HEADROOM` (the fields a stage adds), not the broker's 1 MB
 default; and the engine learns each written topic's actual limit, existing topics included, so a
 record whose output would not fit becomes a dead letter instead of failing its batch forever.
@@ -110,7 +110,7 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     ]
     ensure_topics(kafka, specs, topic_settings.replication_factor)
     limits = output_limits(kafka, [*io.outputs, topics.dead_letters, stage.state_topic, changelog])
-    # A shard record may become state (the page stage keeps a waiting page as it came), and state
+    # What a stage stores for a shard record may be as large as the record, and what it stores
     # goes to the changelog: a shard record must fit both.
     limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
     group = topics.group(settings.app_id, stage.name)
