@@ -4,8 +4,9 @@ store, or a Bloom filter alone.
 :class:`BloomFrontStore` (exact mode, the default) answers "never seen" from memory for most new
 keys, so a new URL costs no RocksDB read; a Bloom "maybe" is confirmed by the exact store, so a
 false positive never drops a new key (a Bloom filter alone drops the share of new keys its
-false positives hit, silently: rmax/scrapy-redis issue #56). Extra Bloom bits are harmless, missing ones are not, so the filter is
-updated on every applied write, including those replayed by recovery.
+false positives hit, silently: rmax/scrapy-redis issue #56). Extra Bloom bits are harmless,
+missing ones are not, so the filter is updated on every applied write, including those replayed
+by recovery.
 
 :class:`BloomOnlyStore` (opt-in, memory-bound crawls) keeps only a scalable Bloom filter: about
 1.2 bytes per key at 1 % (``streams.urls.bloom``), at the price of dropping that share of new keys.

@@ -7,10 +7,11 @@ worker's local stores (a state directory restored from another deployment).
 
 Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
 pass large records on (the page stage sends a page's body to ``unique-pages``, and to its shard
-topic when another worker owns the page's gather shard). So every topic a stage creates gets a ``max.message.bytes`` of
-``max_record_bytes`` plus :data:`OUTPUT_HEADROOM` (the fields a stage adds), not the broker's 1 MB
-default; and the engine learns each written topic's actual limit, existing topics included, so a
-record whose output would not fit becomes a dead letter instead of failing its batch forever.
+topic when another worker owns the page's gather shard). So every topic a stage creates gets a
+``max.message.bytes`` of ``max_record_bytes`` plus :data:`OUTPUT_HEADROOM` (the fields a stage
+adds), not the broker's 1 MB default; and the engine learns each written topic's actual limit,
+existing topics included, so a record whose output would not fit becomes a dead letter instead of
+failing its batch forever.
 """
 
 from __future__ import annotations
