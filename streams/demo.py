@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -177,42 +177,100 @@ def _replay_and_summarise(kafka: KafkaConfig, topics: Topics, board: ProgressBoa
     return _summary(kafka, topics, crawl, first + later)
 
 
+# Of the 30 near copies in the demo's seeded crawl (each one word off its original), the page stage
+# finds 29, the same every run: its verdicts do not depend on arrival order (docs/content-seen.md,
+# "Racing copies"). README, "make demo", promises this many.
+NEAR_COPIES_FOUND_AT_LEAST: Final = 29
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the demo planted and what it read back (read_committed): the figures of its summary."""
+
+    crawl: PlantedCrawl
+    new_urls: int
+    planted: Counter[str]  # page kinds: original, mirror, near, refetch
+    verdicts: int
+    kinds: Counter[str]  # verdict kinds: unique, exact, near
+    mirrors_found: int  # exact-duplicate verdicts of mirror pages
+    updates: int
+    changed: Counter[str]  # revisit updates' "changed": True, False, None
+    truth: Counter[str]  # planted refetches' "changed"
+    letters: Counter[tuple[str, str]]  # dead letters by stage and reason
+
+    def letters_of(self, stage: str) -> int:
+        return sum(n for (named, _), n in self.letters.items() if named == stage)
+
+
+def mismatches(outcome: Outcome) -> list[str]:
+    """Each way the outputs differ from what was planted, beyond what the README promises; none
+    when the demo passes. Every planted copy counts: a near copy missed beyond
+    :data:`NEAR_COPIES_FOUND_AT_LEAST` fails the demo, and so does any page called unique that
+    is not an original, a changed refetch or a near copy allowed to be missed."""
+    o, crawl, planted = outcome, outcome.crawl, outcome.planted
+    pages = sum(planted.values())
+    near_missed = planted["near"] - o.kinds["near"]
+    unique_allowed = planted["original"] + o.truth["True"] + near_missed
+    checks = [
+        (o.new_urls == crawl.distinct_urls,
+         f"new URLs {o.new_urls} != planted distinct {crawl.distinct_urls}"),
+        (o.verdicts == pages, f"page verdicts {o.verdicts} != pages {pages}"),
+        (o.updates == pages, f"revisit updates {o.updates} != pages {pages}"),
+        (o.mirrors_found == planted["mirror"], f"mirrors found {o.mirrors_found} of {planted['mirror']}"),
+        (o.kinds["near"] >= min(NEAR_COPIES_FOUND_AT_LEAST, planted["near"]),
+         f"near copies found {o.kinds['near']} of {planted['near']}, "
+         f"fewer than {NEAR_COPIES_FOUND_AT_LEAST}"),
+        (o.kinds["unique"] == unique_allowed,
+         f"unique pages {o.kinds['unique']} != originals, changed refetches and missed near copies "
+         f"{unique_allowed}"),
+        (o.kinds["exact"] == planted["mirror"] + o.truth["False"],
+         f"exact duplicates {o.kinds['exact']} != mirrors and unchanged refetches "
+         f"{planted['mirror'] + o.truth['False']}"),
+        (o.changed["True"] == o.truth["True"],
+         f"changes found {o.changed['True']} != planted {o.truth['True']}"),
+        *((o.letters_of(stage) == expected,
+           f"{stage} dead letters {o.letters_of(stage)} != malformed {expected}")
+          for stage, expected in (("url-dedup", crawl.malformed), ("content-seen", len(MALFORMED_PAGES)),
+                                  ("revisit", len(MALFORMED_PAGES)))),
+    ]
+    return [message for holds, message in checks if not holds]
+
+
 def _summary(kafka: KafkaConfig, topics: Topics, crawl: PlantedCrawl,
              pages: list[simweb.PlantedPage]) -> bool:
-    new_urls = _count(kafka, topics.new_urls)
     verdicts = _read(kafka, topics.page_verdicts)
     updates = _read(kafka, topics.revisit_updates)
-    letters = Counter((d["stage"], d["reason"]) for d in _read(kafka, topics.dead_letters))
-    kinds = Counter(v["kind"] or v["verdict"] for v in verdicts)
-    planted = Counter(p.kind for p in pages)
-    mirrors_found = sum(1 for v in verdicts if v["kind"] == "exact" and "/mirror/" in v["url"])
-    changed = Counter(str(u["changed"]) for u in updates)
-    truth = Counter(str(p.extra["changed"]) for p in pages if p.kind == "refetch")
-    intervals_h = sorted(u["interval_s"] / 3600 for u in updates)
+    outcome = Outcome(
+        crawl=crawl, new_urls=_count(kafka, topics.new_urls), planted=Counter(p.kind for p in pages),
+        verdicts=len(verdicts), kinds=Counter(v["kind"] or v["verdict"] for v in verdicts),
+        mirrors_found=sum(1 for v in verdicts if v["kind"] == "exact" and "/mirror/" in v["url"]),
+        updates=len(updates), changed=Counter(str(u["changed"]) for u in updates),
+        truth=Counter(str(p.extra["changed"]) for p in pages if p.kind == "refetch"),
+        letters=Counter((d["stage"], d["reason"]) for d in _read(kafka, topics.dead_letters)))
+    _print_summary(outcome, sorted(u["interval_s"] / 3600 for u in updates))
+    failed = mismatches(outcome)
+    print("   counts match what was planted" if not failed else
+          "   MISMATCH against what was planted: " + "; ".join(failed))
+    return not failed
+
+
+def _print_summary(o: Outcome, intervals_h: list[float]) -> None:
+    crawl, planted, kinds = o.crawl, o.planted, o.kinds
     print("5. summary (read_committed):")
     print(f"   URLs in               {len(crawl.records) - crawl.malformed:>8,}   "
           f"{crawl.respelled:,} of them respelled (case, port, dot segments, escapes, relative links)")
-    print(f"   new URLs out          {new_urls:>8,}   planted distinct: {crawl.distinct_urls:,}")
-    print(f"   pages in              {len(pages):>8,}   {dict(planted)}")
-    missed = planted["near"] - kinds["near"]
+    print(f"   new URLs out          {o.new_urls:>8,}   planted distinct: {crawl.distinct_urls:,}")
+    print(f"   pages in              {sum(planted.values()):>8,}   {dict(planted)}")
     print(f"   unique pages          {kinds['unique']:>8,}   originals and changed refetches: "
-          f"{planted['original'] + truth['True']:,}, near copies not found: {missed}")
-    print(f"   exact duplicates      {kinds['exact']:>8,}   mirrors found {mirrors_found} of "
-          f"{planted['mirror']}, unchanged refetches planted {truth['False']}")
+          f"{planted['original'] + o.truth['True']:,}, "
+          f"near copies not found: {planted['near'] - kinds['near']}")
+    print(f"   exact duplicates      {kinds['exact']:>8,}   mirrors found {o.mirrors_found} of "
+          f"{planted['mirror']}, unchanged refetches planted {o.truth['False']}")
     print(f"   near duplicates       {kinds['near']:>8,}   near copies planted {planted['near']} (one word "
-          "changed; found when SimHash says within 3 bits)")
-    print(f"   revisit updates       {len(updates):>8,}   changed: {changed['True']}, unchanged: "
-          f"{changed['False']}, first fetch: {changed['None']} (planted changes {truth['True']})")
+          f"changed; at least {NEAR_COPIES_FOUND_AT_LEAST} must be found)")
+    print(f"   revisit updates       {o.updates:>8,}   changed: {o.changed['True']}, unchanged: "
+          f"{o.changed['False']}, first fetch: {o.changed['None']} (planted changes {o.truth['True']})")
     print(f"   revisit interval (h)  min {intervals_h[0]:.1f}, median {statistics.median(intervals_h):.1f}, "
           f"max {intervals_h[-1]:.1f}")
-    by_reason = ", ".join(f"{stage} {reason}: {n}" for (stage, reason), n in sorted(letters.items()))
-    print(f"   dead letters          {sum(letters.values()):>8,}   {by_reason}")
-    ok = (new_urls == crawl.distinct_urls and len(verdicts) == len(pages) and len(updates) == len(pages)
-          and mirrors_found == planted["mirror"] and changed["True"] == truth["True"]
-          and kinds["unique"] == planted["original"] + truth["True"] + planted["near"] - kinds["near"]
-          and kinds["exact"] == planted["mirror"] + truth["False"]
-          and sum(n for (stage, _), n in letters.items() if stage == "url-dedup") == crawl.malformed
-          and all(sum(n for (s, _), n in letters.items() if s == stage) == len(MALFORMED_PAGES)
-                  for stage in ("content-seen", "revisit")))
-    print("   counts match what was planted" if ok else "   MISMATCH against what was planted")
-    return ok
+    by_reason = ", ".join(f"{stage} {reason}: {n}" for (stage, reason), n in sorted(o.letters.items()))
+    print(f"   dead letters          {sum(o.letters.values()):>8,}   {by_reason}")
