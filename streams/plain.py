@@ -1,13 +1,14 @@
 """Plainly valid records: a check, derived from a record schema, that passes the common record fast.
 
 Why: full validation (fastjsonschema's generated code, the nesting-depth walk, the version check)
-cost about 3 µs of the URL stage's 3.3 µs per frontier record, more than parsing it (0.3 µs), on a
-path run for every URL a crawler discovers. Most records are plain: only the schema's fields, each
-a string, integer or null of the declared type, no nested values. :func:`plain_checker` compiles a
-schema into a predicate that accepts exactly such records and says nothing about the rest: it is
-conservative, never the judge of a bad record. ``True`` means the full validation would accept the
-record unchanged (besides the ``schema_version`` default); ``False`` sends the record down the
-full path, which gives the precise reason (tests/test_plain.py checks this against fastjsonschema).
+costs many times what parsing the record does, on a path run for every URL a crawler discovers
+(docs/decisions/0002-compiled-hot-path.md, "The plain-record check, measured"). Most records are
+plain: only the schema's fields, each a string, integer or null of the declared type, no nested
+values. :func:`plain_checker` compiles a schema into a predicate that accepts exactly such records
+and says nothing about the rest: it is conservative, never the judge of a bad record. ``True``
+means the full validation would accept the record unchanged (besides the ``schema_version``
+default); ``False`` sends the record down the full path, which gives the precise reason
+(tests/test_plain.py checks this against fastjsonschema).
 
 Only keywords whose meaning is plain are compiled: ``type`` (string, integer, number, boolean,
 null), ``minLength``/``maxLength``, ``minimum``/``maximum``, ``const`` and string ``enum``. A

@@ -266,8 +266,9 @@ def extract_links(html: str, page_url: str, max_links: int = DEFAULT_MAX_LINKS) 
 
     Parsed with resiliparse (lexbor, an HTML5 parser: no regular expression over the markup, so no
     backtracking on hostile pages) and walked once with ``traverse_dom``: iterating a
-    ``query_selector_all`` result costs quadratic time in resiliparse 2.0.1 (48 s for 4,000
-    links). The first ``<base href>`` applies. Links to the page itself (``#top``, ``""``) are left out.
+    ``query_selector_all`` result costs quadratic time in resiliparse 2.0.1
+    (docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured"). The first
+    ``<base href>`` applies. Links to the page itself (``#top``, ``""``) are left out.
     """
     document = HTMLTree.parse(html).document
     root = document.first_element_child if document is not None else None  # <html>, always made

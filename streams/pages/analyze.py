@@ -25,8 +25,9 @@ becomes a dead letter.
 Digests are BLAKE2b with 16-byte output (RFC 7693), not 128-bit MurmurHash3 as for URLs: the stage
 takes an equal text digest as an exact copy without comparing texts, and MurmurHash3 admits
 seed-independent multicollisions (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012,
-and their hash-flooding attacks), so one crafted page could pass for another. BLAKE2b costs about
-10 µs for a 10 KB text here, small beside extraction (milliseconds).
+and their hash-flooding attacks), so one crafted page could pass for another. BLAKE2b's cost is
+small beside extraction's (docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis,
+measured").
 """
 
 from __future__ import annotations
@@ -67,14 +68,14 @@ class PageSettings:
     * ``expected_pages`` (10,000,000): pages stored over all partitions together; sizes the block
       design (:func:`streams.pages.blocks.choose_blocks`: 10 tables for 10^7 at 3 bits).
     * ``shingle_words`` (1) and ``weighting`` (``log_tf``): the SimHash features are single words
-      weighted 1 + log2 of their count. On the labelled set at k = 3 (docs/near-duplicates.md):
-      F1 0.965, precision 1.000, no two pages of different clusters within 6 bits; 2-word shingles
-      with plain term frequency keep unrelated pages further apart (12 bits) but miss more small
-      edits (F1 0.944), and single words with plain term frequency let unrelated pages come within
-      2 bits (false positives).
+      weighted 1 + log2 of their count. On the labelled set at k = 3 they keep pages of different
+      clusters apart with no false positive; 2-word shingles with plain term frequency keep
+      unrelated pages further apart but miss more small edits, and single words with plain term
+      frequency let unrelated pages come within a few bits (docs/near-duplicates.md, "Why these
+      defaults").
     * ``cjk_ngram_chars`` (3): characters per token in scripts written without spaces (Chinese,
       Japanese, Thai...): overlapping trigrams, more specific than bigrams as single-token features
-      and as good on the labelled set (CJK recall 0.929 against 0.934 for the other pages).
+      and finding CJK copies nearly as well as the others on the labelled set.
     * ``min_main_chars`` (200): a main text shorter than this is replaced by the page's full text.
     """
 

@@ -13,10 +13,11 @@ url_length (2) | url`` per page, earliest first. Pages with one SimHash share it
 table reaching it in the shard reads the same one, and an exact copy (same text, so same SimHash)
 is found there. A page within the radius is a near copy when :func:`streams.pages.sketch.is_near_duplicate`
 says so: the SimHash tables find the candidates, the word-pair sketch each entry keeps decides
-(Henzinger, SIGIR 2006). Layout 2 had no sketch; layout 1 repeated order, digest and URL in every
-slot of every table: 74 bytes a slot for the benchmark's 32-byte URLs against 8, so at 10^7 pages
-the tables outgrew any reasonable block cache and a lookup's reads went to disk
-(``bench/content_lookup.py``).
+(Henzinger, SIGIR 2006). A slot holds the SimHash alone, not the page's order, digest and URL, so
+that the tables, read 10 times per page, stay small enough at 10^7 pages to be read from memory
+rather than from disk (docs/content-seen.md, "State", has the earlier layouts and what they cost;
+docs/decisions/0003-plaintable-for-block-tables.md, "Store size and opening, measured", the slot
+sizes).
 
 Pages carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
 all big-endian) so that "earlier" means the same thing on every partition. A probe reports the

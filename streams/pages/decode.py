@@ -41,7 +41,8 @@ _UNKNOWN_TYPES: Final = frozenset({"unknown/unknown", "application/unknown", "*/
 SNIFF_BYTES: Final = 1445  # WHATWG MIME Sniffing §5.2: the resource header is at most 1,445 bytes
 PRESCAN_BYTES: Final = 1024  # WHATWG HTML §13.2.3.2: the prescan reads the first 1,024 bytes
 # A longer Content-Type is no usable type (the body is sniffed): RFC 9110 sets no limit, but servers
-# keep whole header sections under 8-64 KB, and the quoted-string scan costs about 1 µs a character.
+# keep whole header sections under 8-64 KB, and the quoted-string scan's cost grows with every
+# character (docs/extraction.md, "Media type and skip reasons", has the figure).
 MAX_CONTENT_TYPE_CHARS: Final = 64 * 1024
 
 # WHATWG Encoding §4.2 maps labels to encodings whose decoders are supersets of what the label

@@ -3,12 +3,13 @@
 HTML goes through resiliparse (lexbor's HTML5 parser, then ``extract_plain_text``). The main text
 uses resiliparse's main-content heuristics (navigation, headers, footers, sidebars, hidden
 elements out) with the options of :data:`MAIN_OPTIONS`, chosen for de-duplication and measured on
-the 181 pages of the Zyte article-extraction benchmark (``bench/results/extract.md``, F1 0.939
-against 0.898 with resiliparse's defaults): image alt texts, figures, captions, list bullets, user
-comments and post metadata (bylines, "3 hours ago") are left out, because they are noise to the
-article and the parts of a page that differ between copies of one story or change between fetches
-of it. The full text is everything outside scripts, styles, forms and ``<noscript>``, alt texts
-included (resiliparse drops hidden elements only in main-content mode).
+the 181 pages of the Zyte article-extraction benchmark, where they score better than resiliparse's
+defaults (``bench/results/extract.md``; docs/extraction.md, "Measured quality and cost"): image
+alt texts, figures, captions, list bullets, user comments and post metadata (bylines, "3 hours
+ago") are left out, because they are noise to the article and the parts of a page that differ
+between copies of one story or change between fetches of it. The full text is everything outside
+scripts, styles, forms and ``<noscript>``, alt texts included (resiliparse drops hidden elements
+only in main-content mode).
 
 Every text passes :func:`normalise_text`, so markup whitespace never changes a digest. A page
 whose main text is shorter than ``min_main_chars`` gets its full text as main text: the
@@ -60,9 +61,9 @@ FULL_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
 
 MAX_MAIN_CONTENT_DEPTH: Final = 512
 """Deeper trees get their full text as main text: resiliparse's main-content pass costs time
-quadratic in nesting depth (measured on 2.0.1: 20,000 nested ``<div>`` take 5 s, 50,000 take 45 s),
-and WebKit and Blink stop nesting at 512 elements anyway. Real pages stay far below (at most 51 in
-the benchmark corpus)."""
+quadratic in nesting depth, so a hostile page would stall a worker, and WebKit and Blink stop
+nesting at 512 elements anyway. Real pages stay far below (docs/extraction.md, "Main text", has the
+timings and the benchmark corpus's deepest page)."""
 _TOO_DEEP: Final = " > ".join(["*"] * (MAX_MAIN_CONTENT_DEPTH + 1))  # an element below 512 others
 
 # Removed before NFKC: C0 and C1 controls other than whitespace, and invisible characters whose
@@ -87,8 +88,9 @@ class ExtractedText:
 def extract_text(page: DecodedPage, *, min_main_chars: int = 200, full_text: bool = True) -> ExtractedText:
     """The main text, full text and title of ``page`` (the module docstring says how and why).
 
-    ``full_text=False`` skips the second extraction pass (half the time of a page) unless the main
-    text falls back to it; the stages only fingerprint the main text.
+    ``full_text=False`` skips the second extraction pass (a good part of a page's time,
+    docs/extraction.md, "Measured quality and cost") unless the main text falls back to it; the
+    stages only fingerprint the main text.
     """
     if page.media != "html":
         text = normalise_text(page.text)

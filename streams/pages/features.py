@@ -27,10 +27,9 @@ Tokens (``FEATURES_VERSION`` 2):
 
 A token's hash is a polynomial over its code points modulo 2^64, finished with MurmurHash3's 64-bit
 finaliser (Appleby, ``fmix64``); a shingle's hash combines its tokens' hashes the same way. All of
-it runs as whole-array numpy operations, because Python work per token would dominate: on 9 KB
-article texts (this machine), ``re.findall(r"\\w+")`` alone costs
-about 330 µs and one ``mmh3.hash64`` call per token 130 µs more, while this module and the SimHash
-take a median 170-270 µs on the 5-20 KB texts of the labelled set (bench/results/neardup.md).
+it runs as whole-array numpy operations, because Python work per token would dominate: a
+``re.findall(r"\\w+")`` alone costs more than this module and the SimHash together, before any
+hash is taken (docs/near-duplicates.md, "Hashing in numpy", has the timings).
 The polynomial is not collision resistant against a chosen input; an adversary who makes two
 tokens collide merges two features of one page, which moves its SimHash by little.
 
@@ -127,7 +126,8 @@ def text_tokens(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS,
     """The 64-bit hash of every token of ``text`` in text order, and which tokens are numbers.
 
     A number is a token whose characters (folded) are all of Unicode general category N. The arrays
-    per character cost about 40 bytes a character (400 MB for a 10 MB page), so a long text is
+    per character take tens of bytes a character, so a long text would take hundreds of megabytes
+    at once (docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured"); it is
     hashed in pieces of about ``piece_chars``, each cut just before a separator: no token crosses a
     cut, so the hashes are the same as in one piece (tests/test_hostile_unit.py).
     """
@@ -214,7 +214,8 @@ def fold_and_kind(char: str) -> tuple[int, int]:
 
 @functools.cache
 def _bmp_tables() -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
-    """Folded code point and kind of every Basic Multilingual Plane code point (built once, ~40 ms)."""
+    """Folded code point and kind of every Basic Multilingual Plane code point (built once per process:
+    a loop over all 65,536 of them)."""
     folded = np.empty(_BMP, dtype=np.uint32)
     kinds = np.empty(_BMP, dtype=np.uint8)
     for code in range(_BMP):

@@ -14,7 +14,8 @@ bit ``i`` is set when the weight on its 1s exceeds half the total. The weights f
 :mod:`streams.pages.features` are integers, so the sums are exact and the fingerprint does not
 depend on the summation order of the machine's BLAS, nor on taking the product
 :data:`ROWS_AT_ONCE` features at a time (the product converts the matrix to float64, 512 bytes a
-feature: 770 MB for the 1.5 million distinct shingles of a 10 MB page, 34 MB in these parts).
+feature, so a large page's matrix in one piece would take hundreds of megabytes; in these parts it
+stays tens: docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured").
 
 Records carry a fingerprint as 16 lowercase hex digits, most significant first (:func:`to_hex`).
 """

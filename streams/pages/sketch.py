@@ -3,14 +3,14 @@ candidates the SimHash block tables return.
 
 Why a second check. A 64-bit SimHash (Charikar 2002) within k bits is a cheap index (Manku, Jain and
 Das Sarma, WWW 2007; :mod:`streams.pages.blocks`), but a poor decision on real pages: on the 125
-person-judged ClueWeb pairs of bench/clueweb_bench.py, 6 of 81 pairs judged "different content on
-the same site template" lie within 2 bits, while 12 of 44 pairs judged "the same content" lie 4 to 8
-bits apart. Henzinger ("Finding near-duplicate web pages: a large-scale evaluation of algorithms",
-SIGIR 2006) found the same on 1.6 billion pages (neither shingling nor SimHash precise on pages of
-one site) and proposed combining them: SimHash finds candidates, shingle resemblance decides. Here
-the block tables bring up the candidates (any stored page sharing a table key, accepted up to
-``radius`` bits), and the decision is the estimated resemblance of the two pages' word pairs, with
-their sizes.
+person-judged ClueWeb pairs of bench/clueweb_bench.py, some pairs judged "different content on the
+same site template" lie closer than many pairs judged "the same content" (docs/near-duplicates.md,
+"The decision on real pages", has the counts). Henzinger ("Finding near-duplicate web pages: a
+large-scale evaluation of algorithms", SIGIR 2006) found the same on 1.6 billion pages (neither
+shingling nor SimHash precise on pages of one site) and proposed combining them: SimHash finds
+candidates, shingle resemblance decides. Here the block tables bring up the candidates (any stored
+page sharing a table key, accepted up to ``radius`` bits), and the decision is the estimated
+resemblance of the two pages' word pairs, with their sizes.
 
 The sketch (:func:`sketch_tokens`). Broder's resemblance (Broder, "On the resemblance and
 containment of documents", 1997) of the two sets of word 2-shingles, ``J = |A ∩ B| / |A ∪ B|``,
@@ -27,9 +27,9 @@ estimated by minwise hashing in its compact forms:
 * *b-bit minwise hashing* (Li and König, "b-Bit minwise hashing", WWW 2010): only the lowest bit
   of each bin is kept. Two bins then agree with probability ``P = J + (1 - J) / 2``, so
   ``J = 2 P - 1`` is estimated from the share of the 256 bits that agree. At a fixed 32 bytes, one
-  bit per bin estimated best on the judged pairs (root mean square error 0.034 for J >= 0.6,
-  against 0.036 for 128 two-bit bins, 0.044 for 64 four-bit and 0.061 for 32 eight-bit bins), as
-  Li and König found for high resemblance. Its standard deviation is
+  bit per bin estimated best on the judged pairs, better than fewer bins of more bits each
+  (docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured"), as Li and König
+  found for high resemblance. Its standard deviation is
   ``sqrt(P (1 - P) / 256) / (1/2)``: 0.037 at J = 0.8.
 
 The sketch also keeps the number of distinct shingles, so that the two pages' sizes can be compared
@@ -160,8 +160,9 @@ def sketch_shingles(shingles: U64Array, seed: int = SEED) -> Sketch:
     """The sketch of a set of 64-bit shingle hashes (their order and repetitions do not matter).
 
     Each hash is mixed again with ``seed`` (:func:`fmix64`), so that its bins do not follow the
-    bits the SimHash reads; the hashes are sorted (``np.sort``: ``np.unique`` costs three
-    times as much here), and a bin's minimum is its first hash, found by one ``searchsorted``.
+    bits the SimHash reads; the hashes are sorted (``np.sort``, cheaper here than ``np.unique``:
+    docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured"), and a bin's
+    minimum is its first hash, found by one ``searchsorted``.
     """
     if shingles.size == 0:
         return Sketch(bytes(BINS_BYTES), 0)

@@ -4,9 +4,10 @@ A page's verdict is decided on its gather shard once every block table has repli
 (:mod:`streams.content_seen`). Until then the shard keeps the page's *head* (URL, SimHash, digest,
 how many replies to expect) and its *source*, the input record's topic, partition and offset; not
 the page itself. The body, 100 KB or more where the head is about 200 bytes, is needed only if the
-page turns out unique, for ``unique-pages``, and it is already durable in the input topic. Earlier
-versions kept the whole page as state, so each page went through the shard topic, the changelog and
-RocksDB (put, get, delete), which cost a quarter of a worker's time and most of the broker's.
+page turns out unique, for ``unique-pages``, and it is already durable in the input topic. Kept as
+state, each page would go through the shard topic, the changelog and RocksDB (put, get, delete),
+a large part of a worker's time and of the broker's (docs/decisions/0002-compiled-hot-path.md,
+Decision 2, has the measurements).
 
 So the worker keeps the input values of pages in flight in memory (:class:`PageCache`): the router
 puts a page there when it owns the page's gather shard (with one worker, always), and otherwise

@@ -17,8 +17,9 @@ from streams.runtime.store import PartitionStore
 class Emit:
     """One record to produce. ``partition=None`` leaves it to the murmur2 partitioner.
 
-    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, which made
-    building one cost 0.5 µs against 0.1 µs, on a path run once per routed URL.
+    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, several times
+    the cost of a plain one, on a path run once per routed URL (docs/decisions/0002, "The Emit
+    record, measured").
     """
 
     topic: str

@@ -7,14 +7,16 @@ cache, with a Bloom filter per file. They suit every stage and any access patter
 keys and values lie unencoded in memory-mapped files, and a key is found through an in-memory hash
 index of its prefix and a Bloom filter, instead of an index-block search, a filter block and a
 data-block search through the block cache. The page stage reads its block tables this way, 10
-random buckets per page (:mod:`streams.pages.buckets`). With 10^7 pages stored, a lookup took
-23 µs in PlainTable against 36 µs in block-based tables holding the whole store in a 4 GB block
-cache, timed in the same rounds (``bench/content_lookup.py``; docs/decisions/0003).
+random buckets per page (:mod:`streams.pages.buckets`). Once the store is gigabytes, each of those
+block-cache structures misses the CPU caches, so a lookup costs less in PlainTable than in
+block-based tables even when the block cache holds the whole store
+(docs/decisions/0003-plaintable-for-block-tables.md has the timings, from ``bench/content_lookup.py``).
 
-PlainTable has costs:
-- no compression: about 250 bytes per page on disk at 10^7 pages, against 185;
+PlainTable has costs (the same document measures them):
+- no compression: more bytes per page on disk;
 - the OS page cache holds the files, so ``rocksdb_block_cache_mb`` does not apply;
-- the hash index is built in memory when a file is opened: about 1 s and 85 MB per 10^6 pages;
+- the hash index is built in memory when a file is opened, in time and heap that grow with the
+  pages stored;
 - a scan is defined only from the first key, which is how :meth:`RocksStore.items` reads.
 
 A store keeps the format it was created in: RocksDB cannot read one format with the other's
@@ -59,8 +61,8 @@ def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int
     ``HashLinkList`` memtable, hashed on each key's first :data:`MEMTABLE_HASH_PREFIX_BYTES`)
     instead of the default skip list: their stages read and write random keys (fingerprints), which
     a skip list of several hundred thousand entries finds through about 20 levels of pointers, a
-    cache miss each. Measured on 700,000 random 17-byte keys in one memtable: a read of a present
-    key 1.3 µs against 4.0, a write 0.7 µs against 2.3 (docs/decisions/0005 has the runs). The
+    cache miss each, where a hash bucket is one. Reads and writes of random keys are then several
+    times cheaper (docs/decisions/0005-browser-url-parsing.md, "Routing speed", has the runs). The
     cost: a scan in key order must ask for it (:func:`scan`), and the memtable takes one writer.
     """
     from rocksdict import (
@@ -122,9 +124,10 @@ def open_db(path: Path, db_options: Any) -> Any:
 
     Given options only, rocksdict reopens an existing database with the column-family options it
     loads from the OPTIONS file, and those lose the Bloom filter (``filter_policy: nullptr`` in
-    RocksDB's LOG) and the block cache (rocksdict's 8 MB default). Every reopened store, so every
-    restarted worker, then read an absent key from a data block (2.9 µs against 0.5 with the
-    filter, in one measurement).
+    RocksDB's LOG) and the block cache (rocksdict's 8 MB default). A reopened store, so a restarted
+    worker, would then read every absent key from a data block instead of ruling it out by the
+    filter, several times slower (docs/decisions/0003-plaintable-for-block-tables.md, "Store size
+    and opening, measured").
     """
     from rocksdict import Rdict
 
@@ -134,10 +137,10 @@ def open_db(path: Path, db_options: Any) -> Any:
 def release_freed_heap() -> None:
     """Hand the heap that opening PlainTable files freed back to the OS (glibc's ``malloc_trim``).
 
-    Building a file's hash index allocates temporaries that glibc keeps after they are freed: one
-    store of 10^6 pages left the process 287 MB of anonymous memory after opening, 113 MB after
-    this call (92 MB of it the indexes and filters RocksDB reports); one of 10^7 pages, 2.1 GB and
-    950 MB (853 MB). Without glibc, nothing to do.
+    Building a file's hash index allocates temporaries that glibc keeps after they are freed, more
+    than the indexes themselves hold; this call returns most of the difference
+    (docs/decisions/0003-plaintable-for-block-tables.md, "Store size and opening, measured").
+    Without glibc, nothing to do.
     """
     try:
         trim = ctypes.CDLL(None).malloc_trim

@@ -47,8 +47,9 @@ _HEX: Final = frozenset(string.hexdigits)
 # (RFC 3986 pchar without "@"; the query without "'", which the parser encodes there) and "%",
 # then perhaps a fragment of printable ASCII. Each part is one
 # character class repeated, which the regular expression engine runs as a tight loop in C: an
-# alternation per character ("a plain character or an escape") cost three times as much, and a
-# set test (frozenset.issuperset) made a string object per character. The escapes are checked
+# alternation per character ("a plain character or an escape") costs several times as much
+# (docs/decisions/0005-browser-url-parsing.md, "Parsing costs, measured"), and a set test
+# (frozenset.issuperset) makes a string object per character. The escapes are checked
 # apart, only in URLs that have a "%" (_ESCAPE_NOT_PLAIN).
 _PLAIN_CHARS: Final = r"A-Za-z0-9\-._~!$&()*+,;=:%"
 _PLAIN_URL: Final = re.compile(rf"https?://([a-z0-9.\-]+)(/[{_PLAIN_CHARS}'/]*)"

@@ -1,14 +1,14 @@
 """A bounded set of recently routed fingerprints: the URL stage's combiner in front of its shards.
 
-Why: most of a frontier is repeats (70 % in the benchmark, more in a real crawl, where every page
-links its site's navigation again). A repeat's only outcome is "seen", yet without a local answer
-each one costs a trip through the shard topic: encoded, produced, fetched back, decided. A worker
-that has itself routed a fingerprint in a committed transaction knows that this URL's first
-sighting is in the shard topic and will be decided before anything routed after it, so every later
-sighting is a repeat, whichever worker owns the shard. Dropping it at routing is a map-side
-combiner (the idea of MapReduce's combiners, Dean and Ghemawat, OSDI 2004): the same decisions,
-less traffic. Only membership matters and a miss costs only the trip, so the set may forget:
-it is bounded, never exact.
+Why: most of a frontier is repeats (bench/results/url.md gives the benchmark's share; more in a
+real crawl, where every page links its site's navigation again). A repeat's only outcome is "seen",
+yet without a local answer each one costs a trip through the shard topic: encoded, produced,
+fetched back, decided. A worker that has itself routed a fingerprint in a committed transaction
+knows that this URL's first sighting is in the shard topic and will be decided before anything
+routed after it, so every later sighting is a repeat, whichever worker owns the shard. Dropping it
+at routing is a map-side combiner (the idea of MapReduce's combiners, Dean and Ghemawat, OSDI
+2004): the same decisions, less traffic. Only membership matters and a miss costs only the trip,
+so the set may forget: it is bounded, never exact.
 
 Bounded by two generations (the "2Q"/generational trick without per-entry bookkeeping): keys go
 to the young set; when it holds half the capacity it becomes the old set and the previous old set

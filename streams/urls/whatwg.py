@@ -6,10 +6,11 @@ as ada implements them: it passes the web-platform-tests URL suite (tests/data/w
 is the one place that calls it; :mod:`streams.urls.canonical` builds its own rules on what it returns.
 
 ada's C API is called directly through the ``ada-url`` package's cffi library (its Python helpers
-build a dict of every attribute, which costs twice as much): one parse, the serialised URL, then
-the URL is freed. The serialisation is cut into parts by its separators in Python, which costs
-less than reading ada's component offsets through cffi. ``ada-url`` is pinned in ``constraints.txt``; a new
-release can change outputs, so it bumps ``CANONICALIZATION_VERSION``.
+build a dict of every attribute, which costs more; docs/decisions/0005-browser-url-parsing.md,
+"Parsing costs, measured"): one parse, the serialised URL, then the URL is freed. The
+serialisation is cut into parts by its separators in Python, which costs less than reading ada's
+component offsets through cffi. ``ada-url`` is pinned in ``constraints.txt``; a new release can
+change outputs, so it bumps ``CANONICALIZATION_VERSION``.
 """
 
 from __future__ import annotations
