@@ -1,37 +1,31 @@
-"""The runtime's batch steps with stubs instead of a broker: routing, state, dead letters, offsets.
+"""The runtime's batch steps on an in-memory Kafka: routing, state, dead letters, offsets.
 
-The Kafka clients are replaced by recording stubs (librdkafka objects are never contacted), so
-these tests pin the commit logic; tests/test_crash_kafka.py then proves it against the broker.
+The engine is driven through its public steps with its clients made by ``tests/memory_kafka.py``
+(librdkafka is never contacted), so these tests pin the commit logic; tests/test_engine_states.py
+interleaves crashes, aborts and rebalances, and tests/test_crash_kafka.py proves the same against
+the broker.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
 
-from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, StateError
 from streams.runtime.batch import BatchState, Emit
+from streams.runtime.clients import KafkaClients
 from streams.runtime.counters import Counters
-from streams.runtime.engine import Engine
 from streams.runtime.inflow import InputFlow
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
-from streams.runtime.recovery import start_offset
-from streams.runtime.stage import Message
-from streams.runtime.store import MemoryStore
-
-
-@dataclass
-class StubProducer:
-    produced: list[tuple[str, bytes | None, bytes | None, int | None]] = field(default_factory=list)
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                on_delivery: Any = None) -> None:
-        self.produced.append((topic, value, key, partition))
+from streams.runtime.partitioner import partition_for
+from streams.runtime.recovery import recover, start_offset
+from streams.runtime.stage import InputPositions, Message
+from streams.runtime.store import MemoryStore, PartitionStore
+from tests.memory_kafka import Crash, MemoryKafka, running
 
 
 @dataclass
@@ -58,6 +52,9 @@ class EchoStage:
     route_topics = ["in"]
     state_topic = "shards"
 
+    def open_shard(self, partition: int, store: PartitionStore) -> None:
+        pass
+
     def route(self, message: Message) -> list[Emit]:
         record = orjson.loads(message.value() or b"null")
         if not isinstance(record, dict) or "k" not in record:
@@ -74,81 +71,67 @@ class EchoStage:
         return [Emit("out", message.value(), key)]
 
 
-@pytest.fixture
-def engine() -> Engine:
-    stores = {0: MemoryStore(), 1: MemoryStore()}
-    made = Engine(EchoStage(), KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
-                  "dlq", store_factory=stores.__getitem__)
-    made._stores.update(stores)  # as if both shards were assigned
-    made._producer = StubProducer()  # type: ignore[assignment]
-    return made
+def _values(broker: MemoryKafka, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    return [(message.key(), message.value()) for message in broker.committed_records(topic)]
 
 
-def _produced(engine: Engine) -> list[tuple[str, bytes | None, bytes | None, int | None]]:
-    return engine._producer.produced  # type: ignore[attr-defined, no-any-return]
+def test_route_sends_records_to_the_shard_topic_keyed_by_state_key() -> None:
+    with running(EchoStage()) as (engine, broker, _):
+        broker.append("in", 3, None, b'{"k": "a"}')
+        assert engine.step() == "batch"
+        [routed] = broker.committed_records("shards")
+        assert (routed.key(), routed.value()) == (b"a", b'{"k": "a"}')
+        assert routed.partition() == partition_for(b"a", 2)
 
 
-def test_route_sends_records_to_the_shard_topic_keyed_by_state_key(engine: Engine) -> None:
-    engine._process([LineMessage("in", 10, b'{"k": "a"}', None, 3)])  # type: ignore[list-item]
-    assert _produced(engine) == [("shards", b'{"k": "a"}', b"a", None)]
+def test_process_emits_first_sightings_and_commits_state_changelog_and_offsets_together() -> None:
+    with running(EchoStage()) as (engine, broker, stores):
+        for key, partition in [(b"a", 0), (b"a", 0), (b"a", 0), (b"b", 1)]:
+            broker.append("shards", partition, key, b"v")
+        engine.step()
+        assert [key for key, _ in _values(broker, "out")] == [b"a", b"b"]
+        assert _values(broker, "changelog") == [(b"a", b"1"), (b"b", b"1")]
+        assert (stores[0].get(b"a"), stores[0].changelog_offset()) == (b"1", 0)
+        assert broker.groups["g"] == {("shards", 0): 3, ("shards", 1): 1}  # one past each partition's last
 
 
-def test_process_emits_first_sighting_and_keeps_writes_in_the_batch(engine: Engine) -> None:
-    batch = [LineMessage("shards", i, b"v", b"a", 0) for i in range(3)]
-    batch.append(LineMessage("shards", 0, b"v", b"b", 1))
-    states = engine._process(batch)  # type: ignore[arg-type]
-    assert [p[2] for p in _produced(engine)] == [b"a", b"b"]
-    assert states[0].writes == {b"a": b"1"} and states[1].writes == {b"b": b"1"}
-    assert engine._stores[0].get(b"a") is None  # applied only after the commit
+def test_a_crash_between_commit_and_apply_leaves_the_store_one_batch_behind_its_changelog() -> None:
+    """Step 4 runs only after the commit: a worker killed between the two has output, changelog and
+    offsets committed and its store untouched, which recovery then brings up to date."""
+    with running(EchoStage()) as (engine, broker, stores):
+        broker.append("shards", 0, b"a", b"v")
+        broker.fail_at("after_commit", 1)
+        with pytest.raises(Crash):
+            engine.step()
+        assert _values(broker, "changelog") == [(b"a", b"1")] and stores[0].get(b"a") is None
+        recover(KafkaConfig("memory"), {0: stores[0]}, "changelog", clients=cast(KafkaClients, broker))
+        assert (stores[0].get(b"a"), stores[0].changelog_offset()) == (b"1", 0)
 
 
 @pytest.mark.parametrize(("value", "reason"), [(b"{nope", "processing_error"), (b'{"x": 1}', "schema"),
                                               (b'{"k": "boom"}', "processing_error")])
-def test_bad_records_become_dead_letters(engine: Engine, value: bytes, reason: str) -> None:
-    engine._process([LineMessage("in", 7, value, b"orig", 2)])  # type: ignore[list-item]
-    [(topic, letter, key, _)] = _produced(engine)
-    assert (topic, key) == ("dlq", b"orig")
-    record = orjson.loads(letter or b"")
-    assert (record["reason"], record["source_partition"], record["source_offset"]) == (reason, 2, 7)
-    assert engine.counters.dead_letters == 1
+def test_bad_records_become_dead_letters(value: bytes, reason: str) -> None:
+    with running(EchoStage()) as (engine, broker, _):
+        broker.append("in", 2, b"other", b'{"k": "fine"}')
+        broker.append("in", 2, b"orig", value)
+        engine.step()
+        [(key, letter)] = _values(broker, "dlq")
+        record = orjson.loads(letter or b"")
+        assert (key, record["reason"], record["source_partition"], record["source_offset"]) == (
+            b"orig", reason, 2, 1)
+        assert engine.counters.dead_letters == 1
 
 
-@dataclass
-class SmallQueueProducer(StubProducer):
-    """A producer whose local queue holds ``capacity`` records until ``poll`` delivers them, as
-    librdkafka's ``queue.buffering.max.messages`` does."""
-
-    capacity: int = 3
-    queued: int = 0
-    polls: int = 0
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                on_delivery: Any = None) -> None:
-        if self.queued >= self.capacity:
-            raise BufferError("Local: Queue full")
-        self.queued += 1
-        super().produce(topic, value, key, partition, on_delivery)
-
-    def poll(self, timeout: float) -> int:
-        self.polls += 1
-        delivered, self.queued = self.queued, 0
-        return delivered
-
-
-def test_a_batch_larger_than_the_producer_queue_waits_for_room(engine: Engine) -> None:
-    """A full local queue (BufferError) is waited out inside the transaction, never a crash."""
-    engine._producer = SmallQueueProducer()  # type: ignore[assignment]
-    engine._process([LineMessage("shards", i, b"v", f"k{i}".encode(), i % 2)  # type: ignore[list-item]
-                     for i in range(10)])
-    assert [p[2] for p in _produced(engine)] == [f"k{i}".encode() for i in range(10)]
-    assert engine._producer.polls >= 3  # type: ignore[attr-defined]
-
-
-def test_offsets_are_one_past_the_last_record_of_each_partition() -> None:
-    batch = [LineMessage("in", 5, b"", None, 0), LineMessage("in", 9, b"", None, 0),
-             LineMessage("shards", 2, b"", None, 1)]
-    offsets = Engine._offsets(batch)  # type: ignore[arg-type]
-    assert sorted((tp.topic, tp.partition, tp.offset) for tp in offsets) == [("in", 0, 10), ("shards", 1, 3)]
+def test_a_batch_larger_than_the_producer_queue_waits_for_room() -> None:
+    """A full local queue (librdkafka's ``queue.buffering.max.messages``: BufferError) is waited out
+    inside the transaction, never a crash."""
+    with running(EchoStage()) as (engine, broker, _):
+        for i in range(10):
+            broker.append("shards", 0, f"k{i}".encode(), b"v")
+        broker.fail_at("produce", 4, lambda: BufferError("Local: Queue full"))
+        engine.step()
+        emitted = sorted(key or b"" for key, _ in _values(broker, "out"))
+        assert emitted == [f"k{i}".encode() for i in range(10)]
 
 
 @pytest.mark.parametrize(
@@ -193,21 +176,22 @@ class PreparingStage(EchoStage):
         return super().process(message, state)
 
 
-def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them(engine: Engine) -> None:
+def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them() -> None:
     """Shard records first (decided while the inputs are prepared elsewhere), each topic in order;
     a batch's input records are routed in the next batch, and its offsets count only what it routed."""
     stage = PreparingStage()
-    engine.stage = stage  # type: ignore[assignment]
-    engine._inflow = InputFlow(stage, StubConsumer(), "shards", engine.counters)  # type: ignore[arg-type]
-    first = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("shards", 7, b"v", b"b", 0),
-             LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 8, b"v", b"d", 0)]
-    second = [LineMessage("shards", 9, b"v", b"e", 0)]
-    processed = [engine._prepare(batch) for batch in (first, second)]  # type: ignore[arg-type]
-    assert stage.prepared == []  # the second batch brought no input
-    assert [[(m.topic(), m.offset()) for m in each] for each in processed] == [
-        [("shards", 7), ("shards", 8)], [("shards", 9), ("in", 1), ("in", 2)]]
-    assert [{(tp.topic, tp.partition, tp.offset) for tp in engine._offsets(each)}  # type: ignore[arg-type]
-            for each in processed] == [{("shards", 0, 9)}, {("shards", 0, 10), ("in", 0, 3)}]
+    with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
+        broker.append("in", 0, None, b'{"k": "a"}')
+        broker.append("in", 0, None, b'{"k": "c"}')
+        broker.append("shards", 0, b"b", b"v")
+        broker.append("shards", 0, b"d", b"v")
+        engine.step()
+        assert (stage.prepared, stage.seen) == ([0, 1], [("shards", 0), ("shards", 1)])
+        assert broker.commits == [{("shards", 0): 2}]
+        broker.append("shards", 0, b"e", b"v")
+        engine.step()
+        assert stage.seen[2:] == [("shards", 2), ("in", 0), ("in", 1)]
+        assert broker.commits[1] == {("shards", 0): 3, ("in", 0): 2}
 
 
 class RoomyStage(PreparingStage):
@@ -255,80 +239,35 @@ def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
 
 
 class ReportingStage(EchoStage):
-    """Echo, and a record to its shard topic last in every transaction, saying what it was told."""
+    """Echo, and a record to its shard topic last in a transaction whose input positions moved."""
 
     def __init__(self) -> None:
         self.told: list[tuple[Any, list[int]]] = []
 
-    def end_of_part(self, inputs: Any, states: dict[int, BatchState]) -> list[Emit]:
+    def end_of_part(self, inputs: InputPositions | None, states: dict[int, BatchState]) -> list[Emit]:
         self.told.append((inputs, sorted(states)))
-        return [Emit(self.state_topic, b"mark", b"m", 0)]
-
-
-@dataclass
-class TransactionalStub(StubProducer):
-    log: list[str] = field(default_factory=list)
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
-                on_delivery: Any = None) -> None:
-        super().produce(topic, value, key, partition, on_delivery)
-        self.log.append(f"produce {topic}")
-
-    def begin_transaction(self) -> None:
-        self.log.append("begin")
-
-    def send_offsets_to_transaction(self, *args: Any) -> None:
-        self.log.append("offsets")
-
-    def commit_transaction(self, *args: Any) -> None:
-        self.log.append("commit")
-
-    def poll(self, *args: Any) -> int:
-        return 0
-
-
-@dataclass
-class StubTracker:
-    """Input positions that move once per batch routed, and what was taken as reported."""
-
-    pending: list[str] = field(default_factory=list)
-    reported: list[str] = field(default_factory=list)
-
-    def after(self, part: list[Any]) -> str | None:
-        return self.pending.pop(0) if self.pending else None
-
-    def committed(self, positions: str) -> None:
-        self.reported.append(positions)
-
-
-def _reporting_engine() -> tuple[Engine, ReportingStage, TransactionalStub, StubTracker]:
-    stage = ReportingStage()
-    stores = {0: MemoryStore()}
-    made = Engine(stage, KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
-                  "dlq", store_factory=stores.__getitem__)
-    made._stores.update(stores)
-    producer, tracker = TransactionalStub(), StubTracker()
-    made._producer = producer  # type: ignore[assignment]
-    made._inputs = tracker  # type: ignore[assignment]
-    made._consumer = StubConsumer()  # type: ignore[assignment]
-    made._consumer.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
-    return made, stage, producer, tracker
+        return [] if inputs is None else [Emit(self.state_topic, b"mark", b"m", 0)]
 
 
 def test_a_reporting_stage_speaks_last_in_each_transaction_and_its_report_counts_once_committed() -> None:
-    engine, stage, producer, tracker = _reporting_engine()
-    tracker.pending = ["routed through 1"]
-    engine._run_batch([LineMessage("in", 0, b'{"k": "a"}'), LineMessage("shards", 0, b'{"k": "b"}', b"b")])
-    assert stage.told == [("routed through 1", [0])]
-    assert producer.log == ["begin", "produce shards", "produce out", "produce shards", "produce changelog",
-                            "offsets", "commit"]
-    assert producer.produced[-2] == ("shards", b"mark", b"m", 0)  # then the changelog
-    assert tracker.reported == ["routed through 1"]
+    stage = ReportingStage()
+    with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
+        broker.append("in", 0, None, b'{"k": "a"}')
+        broker.append("shards", 0, b"b", b'{"k": "b"}')
+        assert engine.step() == "batch"
+        [(positions, written)] = stage.told
+        assert positions.routed == {("in", 0): 1} and written == [0]
+        assert broker.events == ["begin", "produce shards", "produce out", "produce shards",
+                                 "produce changelog", "offsets", "commit"]
+        assert engine.step() == "batch"  # the shard records it routed and reported; nothing moved since
+        assert stage.told[-1][0] is None
 
 
 def test_positions_that_moved_with_no_input_are_reported_in_a_transaction_of_their_own() -> None:
-    engine, stage, producer, tracker = _reporting_engine()
-    tracker.pending = ["assigned"]
-    assert engine._report_moved_positions()
-    assert producer.log == ["begin", "produce shards", "commit"] and tracker.reported == ["assigned"]
-    assert not engine._report_moved_positions()  # nothing moved since
+    stage = ReportingStage()
+    with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
+        assert engine.step() == "report"  # the assignment moved them
+        assert broker.events == ["begin", "produce shards", "commit"]
+        assert stage.told[0][0].routed == {("in", 0): 0}
+        assert engine.step() == "batch"  # its own mark, on its shard
+        assert engine.step() == "idle"

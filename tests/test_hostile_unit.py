@@ -39,7 +39,8 @@ from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 from streams.url_dedup import UrlDedupStage
 from streams.urls import canonical
-from tests.test_engine_unit import EchoStage, StubProducer
+from tests.memory_kafka import MemoryKafka, running
+from tests.test_engine_unit import EchoStage
 
 TOPICS = Topics("h.")
 
@@ -151,13 +152,22 @@ def test_next_fetch_times_stay_within_rfc3339_years(next_fetch: float, written: 
     assert revisit_update("http://x.example/", outcome)["next_fetch_at"] == written
 
 
-def _engine(limits: dict[str, int] | None) -> Engine:
-    stores = {0: MemoryStore(), 1: MemoryStore()}
-    made = Engine(EchoStage(), KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w"), "g", "changelog",
-                  "dlq", store_factory=stores.__getitem__, output_limits=limits)
-    made._stores.update(stores)
-    made._producer = StubProducer()  # type: ignore[assignment]
-    return made
+def _first_batch(stage: Stage, record: bytes, limits: dict[str, int] | None = None,
+                 outputs: tuple[str, ...] = ("out",), offset: int = 0) -> tuple[MemoryKafka, Engine]:
+    """Run one batch of ``stage`` over ``record``, at ``offset`` of partition 1 of its input (after
+    records of another key)."""
+    with running(stage, outputs=outputs, limits=limits) as (engine, broker, _):
+        for _ in range(offset):
+            broker.append("in", 1, b"orig", b'{"k": "earlier"}')
+        broker.append("in", 1, b"orig", record)
+        engine.step()
+        return broker, engine
+
+
+def _topics(broker: MemoryKafka) -> list[str]:
+    """Where the batch's records went, the changelog left out."""
+    return [event.split()[1] for event in broker.events
+            if event.startswith("produce ") and "changelog" not in event]
 
 
 @pytest.mark.parametrize(("limits", "value_bytes", "topic", "key"), [
@@ -169,13 +179,14 @@ def _engine(limits: dict[str, int] | None) -> Engine:
 ])
 def test_an_output_over_its_topic_limit_is_a_dead_letter(limits: dict[str, int] | None, value_bytes: int,
                                                          topic: str, key: bytes) -> None:
-    engine = _engine(limits)
     value = orjson.dumps({"k": "k", "pad": "p" * (value_bytes - 20)})
-    engine._process([LineMessage("in", 3, value, b"orig", 1)])  # type: ignore[list-item]
-    [(produced_to, letter, _, _)] = engine._producer.produced  # type: ignore[attr-defined]
-    assert produced_to == topic
-    if topic == "dlq":
-        record = orjson.loads(letter)
+    broker, engine = _first_batch(EchoStage(), value, limits, offset=3)
+    if topic == "shards":
+        assert value in [m.value() for m in broker.committed_records("shards")]
+        assert not broker.committed_records("dlq")
+    else:
+        [letter] = broker.committed_records("dlq")
+        record = orjson.loads(letter.value() or b"")
         assert (record["reason"], record["source_offset"], record["value_size"]) == (
             "output_too_large", 3, len(value))
         assert engine.counters.dead_letters_by_reason == {"output_too_large": 1}
@@ -186,10 +197,8 @@ def test_a_refused_output_leaves_no_part_of_itself_behind() -> None:
         def route(self, message: Any) -> list[Emit]:
             return [Emit("small", b"x"), Emit("big", b"y" * 200)]
 
-    engine = _engine({"small": 100, "big": 100})
-    engine.stage = TwoEmits()
-    engine._process([LineMessage("in", 0, b"{}", None, 0)])  # type: ignore[list-item]
-    assert [topic for topic, *_ in engine._producer.produced] == ["dlq"]  # type: ignore[attr-defined]
+    broker, _ = _first_batch(TwoEmits(), b"{}", {"small": 100, "big": 100}, outputs=("small", "big"))
+    assert _topics(broker) == ["dlq"]
 
 
 @pytest.mark.parametrize(("client", "asked", "expected"), [
@@ -238,32 +247,6 @@ def test_a_simhash_summed_in_parts_is_the_simhash_of_the_whole(features: int) ->
     assert simhash64(hashes, weights) == int(np.packbits(bits, bitorder="little").view("<u8")[0])
 
 
-class _TxnProducer(StubProducer):
-    """A producer stub that records each transaction's committed offsets."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.commits: list[list[tuple[str, int, int]]] = []
-        self._offsets: list[tuple[str, int, int]] = []
-
-    def begin_transaction(self) -> None:
-        self._offsets = []
-
-    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
-        self._offsets = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets)
-
-    def commit_transaction(self, timeout: float) -> None:
-        self.commits.append(self._offsets)
-
-    def poll(self, timeout: float) -> int:
-        return 0
-
-
-class _StubConsumer:
-    def consumer_group_metadata(self) -> None:
-        return None
-
-
 @pytest.mark.parametrize(("timeout_s", "parts"), [(30.0, {1}), (0.15, {2, 3, 4, 5, 6})])
 def test_a_batch_that_runs_long_is_committed_in_parts(timeout_s: float, parts: set[int]) -> None:
     """Slow records (0.04 s each here) must not hold one transaction open past its timeout, which the
@@ -273,16 +256,15 @@ def test_a_batch_that_runs_long_is_committed_in_parts(timeout_s: float, parts: s
             time.sleep(0.04)
             return super().route(message)
 
-    engine = _engine(None)
-    engine.stage, engine.settings = Slow(), RuntimeSettings(worker_id="w", transaction_timeout_s=timeout_s)
-    engine._producer, engine._consumer = _TxnProducer(), _StubConsumer()  # type: ignore[assignment]
-    batch = [LineMessage("in", offset, b'{"k": "%d"}' % offset, None, 0) for offset in range(6)]
-    engine._run_batch(batch)  # type: ignore[arg-type]
-    commits = engine._producer.commits  # type: ignore[attr-defined]
+    settings_ = RuntimeSettings(worker_id="w", shards=2, transaction_timeout_s=timeout_s)
+    with running(Slow(), settings=settings_) as (engine, broker, _):
+        for offset in range(6):
+            broker.append("in", 0, None, b'{"k": "%d"}' % offset)
+        engine.step()
+    commits = [offsets[("in", 0)] for offsets in broker.commits]
     assert len(commits) in parts  # a budget of a third of the timeout: 0.05 s, about two records a part
-    assert [c[0][2] for c in commits] == sorted({c[0][2] for c in commits})
-    assert commits[-1] == [("in", 0, 6)]
-    assert len(engine._producer.produced) == 6 and engine.counters.consumed == 6  # type: ignore[attr-defined]
+    assert commits == sorted(set(commits)) and commits[-1] == 6
+    assert len(broker.committed_records("shards")) == 6 and engine.counters.consumed == 6
 
 
 def test_a_dead_letter_a_stage_writes_itself_is_counted_by_its_reason() -> None:
@@ -293,9 +275,7 @@ def test_a_dead_letter_a_stage_writes_itself_is_counted_by_its_reason() -> None:
                                          partition=0, offset=7, key=None, value=None)
             return [Emit("verdicts", b"v"), Emit("dlq", letter)]
 
-    engine = _engine(None)
-    engine.stage = VerdictAndLetter()
-    engine._process([LineMessage("in", 0, b"{}", None, 7)])  # type: ignore[list-item]
-    assert [topic for topic, *_ in engine._producer.produced] == ["verdicts", "dlq"]  # type: ignore[attr-defined]
+    broker, engine = _first_batch(VerdictAndLetter(), b"{}", outputs=("verdicts",))
+    assert _topics(broker) == ["verdicts", "dlq"]
     assert (engine.counters.dead_letters, engine.counters.dead_letters_by_reason) == (
         1, {"page_unavailable": 1})

@@ -15,8 +15,6 @@ from hypothesis import strategies as st
 from streams.config import RuntimeSettings
 from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
-from streams.runtime.engine import Engine
-from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.store import MemoryStore
@@ -25,6 +23,7 @@ from streams.url_dedup import VERSION_KEY, UrlDedupStage
 from streams.urls.canonical import fingerprint
 from streams.urls.recent import RecentKeys
 from streams.urls.settings import UrlDedupSettings
+from tests.memory_kafka import running
 
 SHARDS = 4
 
@@ -83,25 +82,18 @@ def test_a_route_whose_output_the_runtime_refused_is_not_remembered() -> None:
     assert len(_route(stage, URL)) == 1
 
 
-class RecordingProducer:
-    def __init__(self) -> None:
-        self.topics: list[str] = []
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, **_: object) -> None:
-        self.topics.append(topic)
-
-
 def test_the_engine_reports_only_shard_records_it_accepted() -> None:
     """A first sighting whose shard record is over the topic's limit becomes a dead letter
     (``output_too_large``); a later, smaller sighting must still reach the shard, not be answered."""
     stage = UrlDedupStage(Topics("t."), "app")
-    engine = Engine(stage, KafkaConfig("127.0.0.1:1"), RuntimeSettings(worker_id="w", shards=SHARDS), "g",
-                    "changelog", "t.dead-letters", output_limits={stage.state_topic: 2_000})
-    engine._producer = RecordingProducer()  # type: ignore[assignment]
-    large = orjson.dumps({"url": URL, "anchor_text": "x" * 5_000})
-    small = orjson.dumps({"url": URL})
-    engine._process([LineMessage("t.frontier", 0, large), LineMessage("t.frontier", 1, small)])  # type: ignore[list-item]
-    assert engine._producer.topics == ["t.dead-letters", stage.state_topic]  # type: ignore[attr-defined]
+    with running(stage, outputs=("t.new-urls",), shards=SHARDS, limits={stage.state_topic: 2_000},
+                 settings=RuntimeSettings(worker_id="w", shards=SHARDS)) as (engine, broker, _):
+        broker.fixed_shares["w"] = [("t.frontier", 0)]  # it owns no shard: the shard decides
+        broker.append("t.frontier", 0, None, orjson.dumps({"url": URL, "anchor_text": "x" * 5_000}))
+        broker.append("t.frontier", 0, None, orjson.dumps({"url": URL}))
+        engine.step()
+        assert [event for event in broker.events if event.startswith("produce")] == [
+            "produce dlq", f"produce {stage.state_topic}"]
 
 
 def _owning(store: MemoryStore, url: str = URL) -> OwnedShards:

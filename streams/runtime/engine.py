@@ -31,13 +31,14 @@ import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.clients import CONFLUENT, KafkaClients
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
@@ -60,6 +61,7 @@ log: Final = logging.getLogger(__name__)
 
 
 StoreFactory = Callable[[int], PartitionStore]
+Step = Literal["batch", "report", "idle"]
 
 # How long past its own timeout a transactional call may stay blocked before the watchdog calls the
 # client wedged (see streams/runtime/watchdog.py). librdkafka returns a timed-out call within a
@@ -88,10 +90,12 @@ class Engine:
     def __init__(self, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings, group: str,
                  changelog_topic: str, dead_letter_topic: str,
                  store_factory: StoreFactory | None = None,
-                 output_limits: Mapping[str, int] | None = None) -> None:
+                 output_limits: Mapping[str, int] | None = None, clients: KafkaClients = CONFLUENT) -> None:
         """``output_limits``: the largest key plus value each topic takes (from
-        :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default."""
+        :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default.
+        ``clients``: where the Kafka clients come from (:mod:`streams.runtime.clients`)."""
         self.stage = stage
+        self._clients = clients
         self.kafka = kafka
         self.group = group
         self.settings = settings
@@ -106,7 +110,7 @@ class Engine:
         self._tracker = stage if isinstance(stage, TracksRouting) else None
         self._input_reader: RecordReader | None = None
         if isinstance(stage, RereadsInputs):
-            self._input_reader = RecordReader(kafka)
+            self._input_reader = RecordReader(kafka, clients=clients)
             stage.attach_input_reader(self._input_reader)
         self._reporter = stage if isinstance(stage, ReportsProgress) else None
         self._stopping = False
@@ -114,7 +118,7 @@ class Engine:
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
-        self._consumer = Consumer(self.kafka.consumer(group, **{
+        self._consumer = clients.consumer(self.kafka.consumer(group, **{
             "fetch.max.bytes": 64 * 1024 * 1024,
             # librdkafka fetches 1 MB per partition per request by default: a handful of fetched
             # pages. Batches of pages need more per round trip, or the worker waits on fetches.
@@ -127,7 +131,7 @@ class Engine:
         }))
         self._outputs = Outputs(self.counters, stage.name, dead_letter_topic,
                                 settings.dead_letter_max_value_bytes, output_limits)
-        self._producer = Producer(self.kafka.transactional_producer(
+        self._producer = clients.producer(self.kafka.transactional_producer(
             f"{group}.{settings.worker_id}", settings.transaction_timeout_s,
             max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
@@ -154,32 +158,52 @@ class Engine:
     def run(self, idle_exit_s: float | None = None, observer: EngineObserver | None = None) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
         self._watchdog.start()
-        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
-            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        self._init_transactions()
         if observer is not None:
             observer.started(self)
-        topics = [*self.stage.route_topics, self.stage.state_topic]
-        self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                 on_lost=self._on_revoke)
-        self._last_activity = time.monotonic()
+        self._subscribe()
         try:
             while not self._stopping:
-                batch = self._consume()
-                if batch or (self._inflow is not None and self._inflow.holding):
-                    self._run_batch(batch)
-                    self._last_activity = time.monotonic()
-                    if observer is not None:
-                        observer.batch_done(self)
-                elif self._report_moved_positions():
-                    continue
-                elif self._idle(idle_exit_s):
+                done = self.step()
+                if done == "batch" and observer is not None:
+                    observer.batch_done(self)
+                elif done == "idle" and self._idle(idle_exit_s):
                     break
         except BaseException:
             self._close_after_failure(observer)
             raise
         if observer is not None:
             observer.stopped(self)
-        self._close()
+        self.close()
+
+    def start(self) -> None:
+        """What :meth:`run` does first: fence this worker's predecessor, join the group. For a
+        caller that drives the engine :meth:`step` by :meth:`step` (the state-machine tests)."""
+        self._watchdog.start()
+        self._init_transactions()
+        self._subscribe()
+
+    def _init_transactions(self) -> None:
+        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
+            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+
+    def _subscribe(self) -> None:
+        topics = [*self.stage.route_topics, self.stage.state_topic]
+        self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                 on_lost=self._on_revoke)
+        self._last_activity = time.monotonic()
+
+    def step(self) -> Step:
+        """One turn of the loop: consume, and run the batch (``"batch"``); with nothing consumed,
+        report input positions that moved (``"report"``), else ``"idle"``."""
+        batch = self._consume()
+        if batch or (self._inflow is not None and self._inflow.holding):
+            self._run_batch(batch)
+            self._last_activity = time.monotonic()
+            return "batch"
+        if self._report_moved_positions():
+            return "report"
+        return "idle"
 
     def _close_after_failure(self, observer: EngineObserver | None) -> None:
         """Clean up after an error without letting a second error (a fenced producer's flush, a
@@ -187,7 +211,7 @@ class Engine:
         try:
             if observer is not None:
                 observer.stopped(self)
-            self._close()
+            self.close()
         except Exception:  # noqa: BLE001 - the original error is re-raised by the caller
             log.exception("clean-up after the failure above also failed")
 
@@ -197,7 +221,8 @@ class Engine:
             return False
         return time.monotonic() - self._last_activity > idle_exit_s
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Leave the group, close the clients and the stores."""
         self._watchdog.request_stop()  # a close that wedges exits; it never restarts the worker
         try:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
@@ -216,7 +241,7 @@ class Engine:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         opened = {tp.partition: self._store_factory(tp.partition) for tp in partitions
                   if tp.topic == self.stage.state_topic and tp.partition not in self._stores}
-        result = recover(self.kafka, opened, self.changelog_topic)
+        result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients)
         self.counters.recovered_records += result.total
         for partition, store in opened.items():
             self.stage.open_shard(partition, store)
@@ -336,10 +361,6 @@ class Engine:
         """The records to process: for a preparing stage, its shard records, then the input records
         it prepared in the last batch (:mod:`streams.runtime.inflow`)."""
         return batch if self._inflow is None else self._inflow.arrange(batch)
-
-    def _process(self, batch: list[Message]) -> dict[int, BatchState]:
-        """Step 2 for a whole batch (the unit tests drive it directly)."""
-        return self._process_until(self._prepare(batch), 0, None)[0]
 
     def _process_until(self, batch: list[Message], start: int,
                        deadline: float | None) -> tuple[dict[int, BatchState], int]:

@@ -22,6 +22,7 @@ from confluent_kafka.admin._config import ConfigResource  # re-exported by confl
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
 from streams.errors import BrokerError, ConfigError, ShardCountMismatch
+from streams.runtime.clients import CONFLUENT, KafkaClients
 
 log = logging.getLogger(__name__)
 
@@ -252,14 +253,6 @@ def read_to_end(kafka: KafkaConfig, topic: str, idle_s: float = 0.0) -> Iterator
         consumer.close()
 
 
-def new_producer(config: Mapping[str, Any]) -> Producer:
-    return Producer(dict(config))
-
-
-def new_consumer(config: Mapping[str, Any]) -> Consumer:
-    return Consumer(dict(config))
-
-
 class RecordReader:
     """Reads committed records back by position (read_committed), for a stage that needs an input
     record again after routing it: the page stage reads a unique page's body back from the input
@@ -272,8 +265,10 @@ class RecordReader:
     assigned only: it joins no group and commits nothing.
     """
 
-    def __init__(self, kafka: KafkaConfig, timeout_s: float = 30.0) -> None:
+    def __init__(self, kafka: KafkaConfig, timeout_s: float = 30.0,
+                 clients: KafkaClients = CONFLUENT) -> None:
         self._kafka = kafka
+        self._clients = clients
         self._timeout_s = timeout_s
         self._consumer: Consumer | None = None
         self._ahead: dict[tuple[str, int], dict[int, bytes]] = {}
@@ -290,7 +285,7 @@ class RecordReader:
             # A fetch long-polls the broker for fetch.wait.max.ms (500 ms by default) when it finds
             # nothing new, and holds the connection meanwhile: every read after the first waited
             # that long behind the previous partition's fetch.
-            consumer = Consumer(self._kafka.consumer(group, **{"enable.partition.eof": True,
+            consumer = self._clients.consumer(self._kafka.consumer(group, **{"enable.partition.eof": True,
                                                               "fetch.wait.max.ms": 10}))
             self._consumer = consumer
         consumer.assign([TopicPartition(topic, partition, offset)])

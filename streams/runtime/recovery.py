@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.errors import RuntimeFailure, StateError
+from streams.runtime.clients import CONFLUENT, KafkaClients
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.store import PartitionStore
 
@@ -80,10 +81,10 @@ class _Pending:
 
 
 def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str,
-            timeout_s: float = 600.0) -> RecoveryResult:
+            timeout_s: float = 600.0, clients: KafkaClients = CONFLUENT) -> RecoveryResult:
     """Apply every changelog record after each store's offset; return counts per partition."""
     began = time.monotonic()
-    consumer = Consumer(kafka.consumer(
+    consumer = clients.consumer(kafka.consumer(
         f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
     try:
         pending = _assign(consumer, stores, topic)

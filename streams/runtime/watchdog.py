@@ -48,6 +48,11 @@ STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 WedgedAction = Literal["restart", "exit"]
 
+# The write ends of the open watchdogs' signal pipes, in start order, and what listened before the
+# first of them (main thread only: signal.set_wakeup_fd works nowhere else).
+_LISTENING: list[int] = []
+_FIRST_PREVIOUS: list[int] = [-1]
+
 
 def restart_in_place() -> None:
     """Replace this process with a fresh run of the same command line (never returns)."""
@@ -92,7 +97,6 @@ class Watchdog:
         self._stop_requested = threading.Event()
         self._closed = threading.Event()
         self._wakeup: tuple[int, int] | None = None
-        self._previous_wakeup_fd = -1
         self._thread = threading.Thread(target=self._watch, name="watchdog", daemon=True)
 
     def start(self) -> None:
@@ -102,19 +106,32 @@ class Watchdog:
             os.set_blocking(read_fd, False)
             os.set_blocking(write_fd, False)
             self._wakeup = (read_fd, write_fd)
-            self._previous_wakeup_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            if not _LISTENING:
+                _FIRST_PREVIOUS[0] = previous
+            _LISTENING.append(write_fd)
         self._thread.start()
 
     def close(self) -> None:
         self._closed.set()
+        if self._wakeup is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wakeup[1], b"\0")  # wake the watching thread now, not a tick later
         if self._thread.ident is not None:
             self._thread.join(timeout=self.tick_s * 3)
         if self._wakeup is not None:
             if threading.current_thread() is threading.main_thread():
-                signal.set_wakeup_fd(self._previous_wakeup_fd)
+                self._restore_wakeup_fd(self._wakeup[1])
             for fd in self._wakeup:
                 os.close(fd)
             self._wakeup = None
+
+    def _restore_wakeup_fd(self, ours: int) -> None:
+        """Give signals back to the watchdog that listened before this one and is still open, or
+        else to whoever listened before any (several engines in one process: the tests; they may
+        close in any order, and a closed watchdog's pipe must never get signals again)."""
+        _LISTENING.remove(ours)
+        signal.set_wakeup_fd(_LISTENING[-1] if _LISTENING else _FIRST_PREVIOUS[0], warn_on_full_buffer=False)
 
     @contextlib.contextmanager
     def guard(self, name: str, timeout_s: float) -> Iterator[None]:
