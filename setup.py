@@ -36,15 +36,15 @@ COMPILED = (
     "streams/records.py",
     "streams/url_dedup.py",
     "streams/runtime/batch.py",
-    "streams/runtime/bloom_store.py",
     "streams/runtime/counters.py",
     "streams/runtime/engine.py",
     "streams/runtime/outputs.py",
     "streams/runtime/partitioner.py",
+    "streams/runtime/routing.py",
     "streams/urls/bloom.py",
+    "streams/urls/bloom_store.py",
     "streams/urls/canonical.py",
     "streams/urls/host.py",
-    "streams/urls/recent.py",
 )
 MANIFEST = ROOT / "streams" / "_compiled.py"
 GROUP = "streams_native"

@@ -13,18 +13,19 @@ import logging
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from streams import config, kafka_local
+from streams import config, kafka_local, registry
 from streams.cluster import kafka_config
 from streams.errors import StreamsError
+from streams.registry import StageSpec
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 
 if TYPE_CHECKING:
     from streams.runtime.engine import Engine, EngineObserver
-    from streams.topics import Topics  # noqa: F811 - imported at run time inside the handlers
     from streams.urls.settings import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
@@ -63,7 +64,7 @@ def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
 def _first_seen(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
-    from streams.runtime.first_seen import FirstSeenStage
+    from streams.first_seen import FirstSeenStage
     from streams.runtime.runner import StageTopics, run_stage
 
     kafka = kafka_config(args.config)
@@ -80,30 +81,35 @@ def _first_seen(args: argparse.Namespace) -> int:
 def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
     from streams.urls.settings import UrlDedupSettings
 
-    return config.load(UrlDedupSettings, "url_dedup", args.config, profile=getattr(args, "profile", None),
-                       seen_set=getattr(args, "seen_set", None))
+    return config.load(UrlDedupSettings, "url_dedup", args.config, **registry.url_overrides(args))
 
 
-def _url_dedup(args: argparse.Namespace) -> int:
-    from streams.runtime.engine import stage_dir
+def _stage_settings(spec: StageSpec, args: argparse.Namespace) -> Any:
+    """The stage's own settings: its TOML section and environment, its command-line options over them."""
+    settings_type = spec.settings_type()
+    if settings_type is None or spec.settings_section is None:
+        return None
+    return config.load(settings_type, spec.settings_section, args.config, **spec.overrides(args))
+
+
+def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
+    """Run a registered stage as a worker, or ``--offline`` on standard input and output."""
     from streams.runtime.runner import StageTopics, run_stage
+    from streams.runtime.stage import shard_store
     from streams.topics import Topics
-    from streams.url_dedup import UrlDedupStage, store_factory
 
     settings = _runtime_settings(args)
-    url_settings = _url_settings(args)
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
-    stage = UrlDedupStage(topics, settings.app_id, url_settings, settings.max_record_bytes)
-    if args.offline:
+    stage = spec.build(topics, settings, _stage_settings(spec, args))
+    if getattr(args, "offline", False):
         with _offline_dir(args) as directory:
-            make = store_factory(url_settings, 1, directory / stage.name, settings.rocksdb_block_cache_mb)
-            return _offline(stage, make(0), topics.new_urls)
-    make = store_factory(url_settings, settings.shards, stage_dir(settings, stage.name),
-                         settings.rocksdb_block_cache_mb)
-    io = StageTopics(inputs=[topics.frontier], outputs=[topics.new_urls])
+            store = shard_store(stage.needs(), directory / stage.name / "shard-0000", 1,
+                                settings.rocksdb_block_cache_mb)
+            return _offline(stage, store, spec.outputs(topics)[0])
+    io = StageTopics(inputs=spec.inputs(topics), outputs=spec.outputs(topics))
     run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              store_factory=make, observer=_metrics(args))
+              observer=_metrics(args))
     return 0
 
 
@@ -137,47 +143,6 @@ def _offline(stage: Stage, store: PartitionStore, output_topic: str) -> int:
     return 0
 
 
-def _content_seen(args: argparse.Namespace) -> int:
-    from streams.content_seen import ContentSeenSettings, ContentSeenStage
-
-    return _run_keyed_stage(args, lambda topics, settings: ContentSeenStage(
-        topics, settings.app_id, config.load(ContentSeenSettings, "content_seen", args.config),
-        settings.max_record_bytes), lambda topics: [topics.page_verdicts, topics.unique_pages])
-
-
-def _revisit(args: argparse.Namespace) -> int:
-    from streams.revisit import RevisitSettings, RevisitStage
-
-    return _run_keyed_stage(args, lambda topics, settings: RevisitStage(
-        topics, settings.app_id, config.load(RevisitSettings, "revisit", args.config),
-        settings.max_record_bytes, 1 if args.offline else settings.shards),
-        lambda topics: [topics.revisit_updates])
-
-
-def _run_keyed_stage(args: argparse.Namespace, make_stage: Callable[[Topics, config.RuntimeSettings], Stage],
-                     outputs: Callable[[Topics], list[str]]) -> int:
-    """Run a stage whose state is a plain RocksDB store per shard, offline or as a worker.
-
-    ``outputs`` are the stage's output topics; offline, the first one is written to stdout.
-    """
-    from streams.runtime.runner import StageTopics, run_stage
-    from streams.runtime.stage import shard_store
-    from streams.topics import Topics
-
-    settings = _runtime_settings(args)
-    topic_settings = _topic_settings(args)
-    topics = Topics(topic_settings.prefix)
-    stage = make_stage(topics, settings)
-    if args.offline:
-        with _offline_dir(args) as directory:
-            store = shard_store(stage, directory / stage.name / "shard-0000", settings.rocksdb_block_cache_mb)
-            return _offline(stage, store, outputs(topics)[0])
-    io = StageTopics(inputs=list(stage.route_topics), outputs=outputs(topics))
-    run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              observer=_metrics(args))
-    return 0
-
-
 def _url_migrate(args: argparse.Namespace) -> int:
     from streams.topics import Topics
     from streams.url_dedup import STAGE
@@ -208,11 +173,6 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.run()
 
 
-def _add_url_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--profile", choices=["safe", "aggressive"], default=None,
-                         help="canonicalization profile (default safe; rules in docs/canonicalization.md)")
-
-
 def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) -> None:
     """Options every stage worker takes; unset ones come from settings (env, TOML, defaults)."""
     if offline:
@@ -234,7 +194,16 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
                               "host 127.0.0.1 unless STREAMS_METRICS_HOST is set)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def add_stage_command(commands: Any, spec: StageSpec) -> None:
+    """The stage's command: the worker options, ``--offline``, and the stage's own options."""
+    command = commands.add_parser(spec.name, help=spec.help)
+    _add_worker_options(command)
+    if spec.options is not None:
+        spec.options(command)
+    command.set_defaults(handler=partial(run_spec, spec))
+
+
+def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streams", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=None, help="TOML settings file")
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
@@ -255,34 +224,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_worker_options(first, offline=False)
     first.set_defaults(handler=_first_seen)
 
-    url_dedup = commands.add_parser("url-dedup", help="emit each new frontier URL once")
-    _add_worker_options(url_dedup)
-    _add_url_options(url_dedup)
-    url_dedup.add_argument("--seen-set", choices=["exact", "bloom"], default=None,
-                           help="exact: RocksDB set behind a Bloom filter (default); "
-                                "bloom: a Bloom filter only")
-    url_dedup.set_defaults(handler=_url_dedup)
-
-    content_seen = commands.add_parser(
-        "content-seen", help="a verdict for every fetched page; unique pages once (exact and near copies)")
-    _add_worker_options(content_seen)
-    content_seen.set_defaults(handler=_content_seen)
-
-    revisit = commands.add_parser(
-        "revisit", help="change detection and the next fetch time for every fetched page")
-    _add_worker_options(revisit)
-    revisit.set_defaults(handler=_revisit)
+    for spec in stages:
+        add_stage_command(commands, spec)
 
     migrate = commands.add_parser(
         "url-dedup-migrate", help="re-fingerprint the URL seen-set for new canonicalization settings")
     migrate.add_argument("--app-id", default=None)
     migrate.add_argument("--topic-prefix", default=None)
-    _add_url_options(migrate)
+    registry.add_url_options(migrate)
     migrate.set_defaults(handler=_url_migrate)
 
     canonicalize = commands.add_parser(
         "canonicalize", help="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines")
-    _add_url_options(canonicalize)
+    registry.add_url_options(canonicalize)
     canonicalize.set_defaults(handler=_canonicalize)
 
     from streams.ops import lag_command
@@ -299,8 +253,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.STAGES) -> int:
+    """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
+    its own with ``main(stages=[its_spec])``, as tests/test_registry_kafka.py does)."""
+    args = _parser(stages).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler: Handler = args.handler

@@ -53,7 +53,7 @@ from typing import Any
 import orjson
 
 from streams import records
-from streams.errors import ConfigError, RecordRejected, StateError
+from streams.errors import ConfigError, RecordRejected, StateError, StreamsError
 from streams.pages import buckets, gather
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.buckets import Match, Page, Record
@@ -74,8 +74,7 @@ from streams.pages.waiting import (
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import InputPositions, InputReader, Message
-from streams.runtime.store import PartitionStore
+from streams.runtime.stage import InputPositions, InputReader, Message, Needs, StageContext, StateIdentity
 from streams.topics import Topics
 from streams.urls.canonical import CanonicalSettings
 
@@ -154,26 +153,34 @@ class ContentSeenStage:
         self._design = design_for(self.settings)
         self._design_id = fingerprint_space(self.settings)
         self._rule = self.settings.near_rule()
-        self._checked: set[int] = set()
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
         self._intake = Intake(self.settings, self.settings.analysis_processes, self.max_record_bytes,
                               self._pages)
         self._owned = OwnedShards({})
-        self._shard_count = 0  # offline, or until the runtime attaches its shards: every gather is here
+        self._shard_count = 0  # offline: every gather is here
         self._reader: InputReader | None = None
+        self._context: StageContext | None = None
         self._topic_index = {topic: number for number, topic in enumerate(self.route_topics)}
         self._relay = Relay(self.state_topic, self._topic_index)
 
-    @property
-    def state_key_prefix_bytes(self) -> int:
-        """Shards are read bucket by bucket, 10 random ones a page: kept in PlainTable format."""
-        return STATE_KEY_PREFIX_BYTES
+    # -- what the stage asks of the runtime, and gets --------------------------------------------
 
-    # -- what the runtime gives the stage ------------------------------------------------------
+    def needs(self) -> Needs:
+        """Shards read bucket by bucket, 10 random ones a page (PlainTable); pages analysed a batch
+        ahead, as many as fit in memory; a unique page's body read back when this worker no longer
+        holds it; the input's progress relayed to the shards; the tables' design in every shard."""
+        return Needs(identity=StateIdentity({DESIGN_KEY: self._design_id, LAYOUT_KEY: buckets.LAYOUT},
+                                            self._other_design),
+                     input_reader=True, point_read_prefix_bytes=STATE_KEY_PREFIX_BYTES,
+                     prepare=self.prepare, ready_for_input=self.ready_for_input,
+                     end_of_part=self.end_of_part, revoked=self.revoked)
 
-    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
-        """The shards this worker owns: a page whose gather shard is one of them waits here."""
-        self._owned, self._shard_count = owned, shards
+    def bind(self, context: StageContext) -> None:
+        """The shards this worker owns (a page whose gather shard is one of them waits here), and
+        how a unique page's input record is read back when this worker no longer holds it."""
+        self._owned, self._shard_count, self._reader = context.owned, context.shards, context.input_reader
+        self._context = context
+        self.decisions, self.races = context.decisions, context.race_matches
 
     def revoked(self, shards: Sequence[int]) -> None:
         """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the
@@ -183,44 +190,25 @@ class ContentSeenStage:
         if shards:
             self._pages.clear()
 
-    def attach_input_reader(self, reader: InputReader) -> None:
-        """How a unique page's input record is read back when this worker no longer holds it."""
-        self._reader = reader
-
     def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
         """Last in each transaction: routing marks and shard progress (:mod:`streams.pages.relay`)."""
         return self._relay.end_of_part(inputs, states, self._shard_count)
 
     # -- shards --------------------------------------------------------------------------------
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
-        found = store.get(DESIGN_KEY)
-        if found is not None:
-            self._refuse_other_design(partition, found, store.get(LAYOUT_KEY))
-            self._checked.add(partition)
-
-    def _check_design(self, partition: int, state: BatchState) -> None:
-        if partition in self._checked:
-            return
-        found = state.get(DESIGN_KEY)
-        if found is None:
-            state.set(DESIGN_KEY, self._design_id)
-            state.set(LAYOUT_KEY, buckets.LAYOUT)
-        else:
-            self._refuse_other_design(partition, found, state.get(LAYOUT_KEY))
-        self._checked.add(partition)
-
-    def _refuse_other_design(self, partition: int, found: bytes, layout: bytes | None) -> None:
-        if found != self._design_id:
-            raise ConfigError(f"shard {partition} holds block tables built otherwise than this worker's: "
-                              f"{_differences(found, self._design_id)}; keep the old settings (a version "
-                              "cannot be kept: start a new app_id, and replay the pages to rebuild them)")
-        if layout != buckets.LAYOUT:  # 1 recorded none (order, digest, URL in every slot); 2 had no sketch
-            old = (layout or b"1").decode(errors="replace")
-            raise StateError(
-                f"shard {partition} holds content-seen state in layout {old}, this version reads layout "
-                f"{buckets.LAYOUT.decode()}: its changelog holds the old layout too, so start a new app_id "
-                "(and replay the pages to rebuild the tables)")
+    def _other_design(self, partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
+        design, layout = found.get(DESIGN_KEY), found.get(LAYOUT_KEY)
+        if design != self._design_id:
+            return ConfigError(
+                f"shard {partition} holds block tables built otherwise than this worker's: "
+                f"{_differences(design or b'{}', self._design_id)}; keep the old settings (a version "
+                "cannot be kept: start a new app_id, and replay the pages to rebuild them)")
+        # Layout 1 recorded none (order, digest, URL in every slot); 2 had no sketch.
+        old = (layout or b"1").decode(errors="replace")
+        return StateError(
+            f"shard {partition} holds content-seen state in layout {old}, this version reads layout "
+            f"{buckets.LAYOUT.decode()}: its changelog holds the old layout too, so start a new app_id "
+            "(and replay the pages to rebuild the tables)")
 
     # -- 1. route ------------------------------------------------------------------------------
 
@@ -263,7 +251,6 @@ class ContentSeenStage:
         if key is None or not value:
             raise RecordRejected("invalid_shard_record", "shard record without a key or value")
         shard = message.partition() or 0
-        self._check_design(shard, state)
         kind, body = value[:1], value[1:]
         if kind == PROBE:
             return self._probe(key, body, state)
@@ -377,11 +364,11 @@ class ContentSeenStage:
     def _body_unavailable(self, source: Source) -> Emit:
         """A unique page whose input record was deleted (retention) before its verdict: its verdict
         stands, and this dead letter says which page ``unique-pages`` lacks."""
-        letter = records.dead_letter(
+        if self._context is None:
+            raise StateError(f"page {source} is not readable offline")  # offline, every page is in memory
+        return self._context.dead_letter(
             reason="page_unavailable", detail="the input record was deleted before the page's verdict",
-            stage=self.name, topic=source.topic, partition=source.partition, offset=source.offset,
-            key=None, value=None)
-        return Emit(self.topics.dead_letters, letter, None)
+            topic=source.topic, partition=source.partition, offset=source.offset)
 
     def _verdict(self, url: str, verdict: str, **fields: Any) -> Emit:
         value = records.encode(RecordKind.PAGE_VERDICT, {

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import orjson
 
-from streams import config, kafka_local, simweb
+from streams import config, kafka_local, registry, simweb
 from streams.ops.progress import ProgressBoard
 from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
@@ -42,7 +42,7 @@ HOSTS = ["news.example", "shop.example", "blog.example", "wiki.example", "forum.
 MALFORMED = [b'{"url": "http://news.example/broken', b'{"url": 42}',
              b'{"source_url": "http://x.example/"}', b'{"url": "not a url at all"}']
 MALFORMED_PAGES = [b"{not json", b'{"url": 7}', b'{"url": "https://x.example/", "status": "200"}']
-STAGES = ("url-dedup", "content-seen", "revisit")
+STAGES = tuple(spec.name for spec in registry.STAGES)  # one worker each
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,8 @@ def run() -> int:
         workers = _workers(kafka, topics, state, ports)
         print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)}); metrics "
               + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in ports.values()))
-        board = ProgressBoard({"url-dedup": (ports["url-dedup"], topics.frontier),
-                               "content-seen": (ports["content-seen"], topics.fetched_pages),
-                               "revisit": (ports["revisit"], topics.fetched_pages)})
+        board = ProgressBoard({spec.name: (ports[spec.name], spec.inputs(topics)[0])
+                               for spec in registry.STAGES})
         try:
             ok = _replay_and_summarise(kafka, topics, board)
         finally:

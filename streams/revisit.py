@@ -39,8 +39,7 @@ from streams.recrawl.policies import IntervalBounds, PolicyConfig, parse_bound_r
 from streams.recrawl.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.recrawl.signals import Fetch
 from streams.runtime.batch import BatchState, Emit
-from streams.runtime.stage import Message
-from streams.runtime.store import PartitionStore
+from streams.runtime.stage import Message, Needs, StageContext
 from streams.topics import Topics
 from streams.url_dedup import host_of
 from streams.urls import canonical
@@ -116,7 +115,6 @@ class RevisitStage:
     app_id: str
     settings: RevisitSettings = field(default_factory=RevisitSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
-    shards: int = 1                  # the runtime's shard count (offline: one store)
     name: str = STAGE
     decisions: Counter[str] = field(default_factory=Counter)  # changed / unchanged / first
     route_topics: Sequence[str] = field(init=False)
@@ -125,12 +123,19 @@ class RevisitStage:
     def __post_init__(self) -> None:
         self.route_topics = [self.topics.fetched_pages]
         self.state_topic = self.topics.shards(self.app_id, self.name)
-        self._core = self.settings.core(self.shards)
+        self._core = self.settings.core(1)
         self._pages = self.settings.pages()
         self._canonical = CanonicalSettings(profile=self.settings.profile)
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
-        """Nothing to check: the history format carries its own version (read by decode_history)."""
+    def needs(self) -> Needs:
+        """Nothing beyond the two steps: the history format carries its own version (read by
+        decode_history), so there is no shard identity to check."""
+        return Needs()
+
+    def bind(self, context: StageContext) -> None:
+        """The fetch budget is split across the shards (offline, one store holds it whole)."""
+        self._core = self.settings.core(max(1, context.shards))
+        self.decisions = context.decisions
 
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),

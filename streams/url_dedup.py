@@ -5,14 +5,14 @@ route (any frontier partition): decode and validate the record, resolve the URL 
 ``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
 fingerprint. A bad record or URL becomes a dead letter with the reason. Two kinds of URL need no
 trip through the shard topic: a fingerprint this worker routed or decided before (a bounded set,
-:mod:`streams.urls.recent`) is a repeat, and a URL of a shard this worker owns is decided here,
+:mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this worker owns is decided here,
 in the open transaction, exactly as the shard would (see ``_decide_at_routing``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
 and emitted to the new-URLs topic keyed by host, so fetchers keep per-host politeness. Repeats are
 counted, not emitted. The seen-set is the exact RocksDB set behind a Bloom filter (default) or a
-Bloom filter alone (``seen_set = "bloom"``), see :mod:`streams.runtime.bloom_store`.
+Bloom filter alone (``seen_set = "bloom"``), see :mod:`streams.urls.bloom_store`.
 
 The canonicalization version is part of the state (a metadata key, changelogged like the rest):
 a worker whose version differs from its state's refuses to start until the state is migrated
@@ -22,24 +22,25 @@ a worker whose version differs from its state's refuses to start until the state
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
 
 from streams import records
-from streams.errors import ConfigError, RecordRejected
+from streams.errors import ConfigError, RecordRejected, StreamsError
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import Message
+from streams.runtime.routing import RoutingMemory
+from streams.runtime.stage import Message, Needs, StageContext, StateIdentity
 from streams.runtime.store import PartitionStore
 from streams.topics import Topics
 from streams.urls import canonical
 from streams.urls.canonical import CANONICALIZATION_VERSION
-from streams.urls.recent import RecentKeys
 from streams.urls.settings import UrlDedupSettings
 
 STAGE: Final = "url-dedup"
@@ -79,18 +80,22 @@ class UrlDedupStage:
         self._decode = records.Decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
-        self._checked: set[int] = set()
         self._owned = OwnedShards({})
-        self._shard_count = 0  # until the runtime attaches its shards: no routing-time answers
-        self._routing: set[bytes] = set()  # routed or decided in the open transaction
-        self._recent = RecentKeys(self.settings.route_cache_urls)
+        self._shard_count = 0  # offline: no routing-time answers
+        self._routing = RoutingMemory(1)
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
-        """Refuse a recovered shard of another canonicalization before anything is routed."""
-        found = store.get(VERSION_KEY)
-        if found is not None:
-            self._refuse_other_version(partition, found)
-            self._checked.add(partition)
+    def needs(self) -> Needs:
+        """The canonicalization the state was built with; a memory of routed fingerprints; seen-sets
+        behind Bloom filters."""
+        return Needs(identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
+                     routing_memory_keys=max(1, self.settings.route_cache_urls),
+                     open_store=partial(open_seen_set, self.settings))
+
+    def bind(self, context: StageContext) -> None:
+        self._owned, self._shard_count = context.owned, context.shards
+        self.decisions = context.decisions
+        if context.routing is not None:
+            self._routing = context.routing
 
     def route(self, message: Message) -> list[Emit]:
         record = self._decode(message.value())
@@ -99,17 +104,18 @@ class UrlDedupStage:
         key = canonical.fingerprint(url)
         shard = None
         if self._shard_count:  # under the runtime: see _decide_at_routing
-            if key in self._routing or key in self._recent:
+            if key in self._routing:
                 self.decisions["seen"] += 1
                 return []
             shard = partition_for(key, self._shard_count)
             state = self._owned.state(shard)
             if state is not None:
-                return self._decide_at_routing(shard, state, key, url, record)
+                return self._decide_at_routing(state, key, url, record)
+            self._routing.note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
         return [Emit(self.state_topic, self._new_url_record(record, url, key, host_of(url)), key, shard)]
 
-    def _decide_at_routing(self, shard: int, state: BatchState, key: bytes, url: str,
+    def _decide_at_routing(self, state: BatchState, key: bytes, url: str,
                            record: dict[str, Any]) -> list[Emit]:
         """Decide a URL whose shard this worker owns, as the shard would, in the open transaction.
 
@@ -122,14 +128,14 @@ class UrlDedupStage:
         URL that another worker routed to the shard topic is decided there later and finds this
         one: the URL is emitted once, by whichever sighting the owner decides first.
 
-        A fingerprint decided here, or routed to the shard topic and accepted by the runtime
-        (:meth:`routed`), is remembered (``_routing``, then ``_recent`` once committed, forgotten on
-        abort): a later sighting is answered from memory, before the shard's Bloom filter and store.
+        A fingerprint decided here, or routed to the shard topic, is noted in the runtime's routing
+        memory, which keeps it once the transaction commits (and forgets it on an abort): a later
+        sighting is answered from memory, before the shard's Bloom filter and store.
         """
-        if self._is_seen(shard, state, key):
+        if self._is_seen(state, key):
             return []
         self._record_new(state, key, url)
-        self._routing.add(key)
+        self._routing.note(key)
         host = host_of(url)
         return [Emit(self.topics.new_urls, self._new_url_record(record, url, key, host), host.encode())]
 
@@ -138,35 +144,18 @@ class UrlDedupStage:
         return records.encode(RecordKind.NEW_URL,
                               {**record, "canonical": url, "host": host, "fingerprint": key.hex()})
 
-    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
-        self._owned, self._shard_count = owned, shards
-
-    def routed(self, emits: Sequence[Emit]) -> None:
-        self._routing.update(emit.key for emit in emits if emit.topic == self.state_topic and emit.key)
-
-    def committed(self) -> None:
-        self._recent.update(self._routing)
-        self._routing = set()
-
-    def aborted(self) -> None:
-        self._routing = set()
-
-    def revoked(self, shards: Sequence[int]) -> None:
-        pass  # ownership is asked of the engine's live OwnedShards, which it updates
-
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()
         if key is None or len(key) != 16:
             raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
-        if self._is_seen(message.partition() or 0, state, key):
+        if self._is_seen(state, key):
             return []
         value = message.value() or b"{}"
         record = orjson.loads(value)
         self._record_new(state, key, record["canonical"])
         return [Emit(self.topics.new_urls, value, record["host"].encode())]
 
-    def _is_seen(self, shard: int, state: BatchState, key: bytes) -> bool:
-        self._check_version(shard, state)
+    def _is_seen(self, state: BatchState, key: bytes) -> bool:
         if state.get(key) is None:
             return False
         self.decisions["seen"] += 1
@@ -178,40 +167,24 @@ class UrlDedupStage:
         state.set(key, url.encode() if self._keep_urls else b"")
         self.decisions["new"] += 1
 
-    def _check_version(self, partition: int, state: BatchState) -> None:
-        """On a shard's first record: adopt an empty shard, refuse one of another version."""
-        if partition in self._checked:
-            return
-        found = state.get(VERSION_KEY)
-        if found is None:
-            state.set(VERSION_KEY, self._version)
-        else:
-            self._refuse_other_version(partition, found)
-        self._checked.add(partition)
-
-    def _refuse_other_version(self, partition: int, found: bytes) -> None:
-        if found != self._version:
-            raise ConfigError(
-                f"shard {partition} was built with canonicalization {found.decode(errors='replace')}, "
-                f"this worker uses {self._version.decode()}: stop all workers and run "
-                "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
+    def _other_version(self, partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
+        stored = (found.get(VERSION_KEY) or b"none").decode(errors="replace")
+        return ConfigError(
+            f"shard {partition} was built with canonicalization {stored}, "
+            f"this worker uses {self._version.decode()}: stop all workers and run "
+            "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
 
 
-def store_factory(settings: UrlDedupSettings, shards: int, directory: Path,
-                  block_cache_mb: int) -> Callable[[int], PartitionStore]:
-    """A function partition -> seen-set store for the configured mode."""
-    from streams.runtime.bloom_store import BloomFrontStore, BloomOnlyStore
+def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+    """Shard ``path``'s seen-set (one of ``shards``) in the configured mode: the exact RocksDB set
+    behind a Bloom filter, or a Bloom filter alone, each sized for its share of ``expected_urls``."""
     from streams.runtime.store import RocksStore
+    from streams.urls.bloom_store import BloomFrontStore, BloomOnlyStore
 
-    per_shard = max(1, settings.expected_urls // shards)
-
-    def make(partition: int) -> PartitionStore:
-        shard_dir = directory / f"shard-{partition:04d}"
-        if settings.seen_set == "bloom":
-            return BloomOnlyStore(shard_dir, per_shard, settings.bloom_false_positive_rate)
-        if settings.seen_set != "exact":
-            raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
-        inner = RocksStore(shard_dir / "rocksdb", block_cache_mb=block_cache_mb)
-        return BloomFrontStore(inner, shard_dir, per_shard, settings.bloom_false_positive_rate)
-
-    return make
+    per_shard = max(1, settings.expected_urls // max(1, shards))
+    if settings.seen_set == "bloom":
+        return BloomOnlyStore(path, per_shard, settings.bloom_false_positive_rate)
+    if settings.seen_set != "exact":
+        raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
+    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb)
+    return BloomFrontStore(inner, path, per_shard, settings.bloom_false_positive_rate)

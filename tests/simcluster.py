@@ -28,9 +28,10 @@ import orjson
 
 from streams.content_seen import ContentSeenStage
 from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.identity import ShardIdentities
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import InputPositions
+from streams.runtime.stage import InputPositions, StageContext
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 
@@ -88,10 +89,12 @@ class Cluster:
 
     def _attach(self, worker: Worker) -> None:
         owned = {shard: self.stores[shard] for shard in worker.shards}
-        worker.stage.attach_shards(OwnedShards(owned), len(self.shard_logs))
-        worker.stage.attach_input_reader(self)
+        identities = ShardIdentities(worker.stage.needs().identity)
         for shard, store in owned.items():
-            worker.stage.open_shard(shard, store)
+            identities.opened(shard, store)
+        worker.stage.bind(StageContext(worker.stage.name, len(self.shard_logs),
+                                       OwnedShards(owned, identities.first_use), "dead-letters", 512 * 1024,
+                                       input_reader=self))
 
     def read(self, topic: str, partition: int, offset: int) -> bytes | None:
         """The input reader a stage is given: any committed input record by position."""

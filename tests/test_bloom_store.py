@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from streams.errors import StateError
-from streams.runtime.bloom_store import SNAPSHOT, BloomFrontStore, BloomOnlyStore
 from streams.runtime.store import RocksStore
+from streams.urls.bloom_store import SNAPSHOT, BloomFrontStore, BloomOnlyStore
 
 
 def _keys(count: int, seed: int = 3) -> list[bytes]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from streams import config
+from streams import config, registry
 from streams.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,11 +77,16 @@ def test_doc_is_generated_from_the_dataclasses() -> None:
 
 
 def test_sections_are_the_ones_the_code_loads() -> None:
-    """Every ``config.load(Class, "section")`` in streams/ is documented, and nothing else."""
+    """Every ``config.load(Class, "section")`` in streams/ and every registered stage's settings are
+    documented, and nothing else."""
     loaded = set()
     for path in (ROOT / "streams").rglob("*.py"):
         for cls, section in re.findall(r'\bload\(\s*(?:[\w]+\.)*(\w+),\s*"(\w+)"', path.read_text()):
             loaded.add((section, cls))
+    for spec in registry.STAGES:
+        settings_type = spec.settings_type()
+        if settings_type is not None:
+            loaded.add((str(spec.settings_section), settings_type.__name__))
     assert loaded == {(name, cls.__name__) for name, cls in _sections().items()}
 
 

@@ -12,7 +12,7 @@ from streams import simweb
 from streams.content_seen import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
 from streams.errors import ConfigError, RecordRejected, StateError
 from streams.pages import buckets
-from streams.runtime.offline import LineMessage, run_offline
+from streams.runtime.offline import LineMessage, bind_offline, run_offline
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 
@@ -45,7 +45,7 @@ def test_a_shard_built_with_other_settings_is_refused() -> None:
     assert len(_verdicts(ContentSeenStage(TOPICS, "a"), store, pages)) == len(pages)
     other = ContentSeenStage(TOPICS, "a", ContentSeenSettings(hamming_threshold=4))
     with pytest.raises(ConfigError, match="built otherwise.*hamming_threshold 3 -> 4"):
-        other.open_shard(0, store)
+        bind_offline(other, store)
 
 
 def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
@@ -66,7 +66,7 @@ def test_a_shard_in_an_old_layout_is_refused(recorded: bytes | None, named: str)
     assert store.get(LAYOUT_KEY) == buckets.LAYOUT
     store.apply({LAYOUT_KEY: recorded}, None)
     with pytest.raises(StateError, match=named):
-        ContentSeenStage(TOPICS, "a").open_shard(0, store)
+        bind_offline(ContentSeenStage(TOPICS, "a"), store)
 
 
 def test_tables_hold_simhashes_and_records_hold_each_page_once() -> None:
@@ -118,9 +118,11 @@ def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
     PlainTable format (streams.runtime.rocks_tables), other stages' in block-based tables."""
     from streams.revisit import RevisitStage
     from streams.runtime.stage import shard_store
+    from streams.runtime.store import RocksStore
 
-    pages = shard_store(ContentSeenStage(Topics("t."), "app"), tmp_path / "pages", 8)
-    fetches = shard_store(RevisitStage(Topics("t."), "app"), tmp_path / "fetches", 8)
+    pages = shard_store(ContentSeenStage(Topics("t."), "app").needs(), tmp_path / "pages", 8, 64)
+    fetches = shard_store(RevisitStage(Topics("t."), "app").needs(), tmp_path / "fetches", 8, 64)
+    assert isinstance(pages, RocksStore) and isinstance(fetches, RocksStore)
     assert (pages.table_format, fetches.table_format) == ("plain", "block")
     pages.close()
     fetches.close()

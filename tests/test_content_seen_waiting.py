@@ -15,6 +15,7 @@ from streams.content_seen import ContentSeenSettings, ContentSeenStage
 from streams.pages.waiting import PageCache, Source
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.offline import LineMessage
+from streams.runtime.stage import StageContext
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 
@@ -36,6 +37,13 @@ def _messages(seed: int, articles: int) -> list[LineMessage]:
     pages = simweb.crawl(seed=seed, articles=articles)
     return [LineMessage(TOPICS.fetched_pages, number, orjson.dumps(page.record))
             for number, page in enumerate(pages)]
+
+
+def _bound(stage: ContentSeenStage, reader: Any = None, shards: int = 0) -> ContentSeenStage:
+    """``stage`` bound as a worker owning no shard binds it (offline when ``shards`` is 0)."""
+    stage.bind(StageContext(stage.name, shards, OwnedShards({}), TOPICS.dead_letters, 512 * 1024,
+                            input_reader=reader))
+    return stage
 
 
 def _run(router: ContentSeenStage, decider: ContentSeenStage, messages: list[LineMessage],
@@ -70,8 +78,7 @@ def test_a_page_nobody_holds_is_read_back_from_the_input_topic() -> None:
     alone = ContentSeenStage(TOPICS, "a")
     expected = _run(alone, alone, messages)
     reader = FakeReader({Source(m.topic(), 0, m.offset()): m.value() for m in messages})
-    restarted = ContentSeenStage(TOPICS, "a")
-    restarted.attach_input_reader(reader)
+    restarted = _bound(ContentSeenStage(TOPICS, "a"), reader)
     found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
     assert found == expected
     unique = _by_topic(found, TOPICS.unique_pages)
@@ -80,8 +87,7 @@ def test_a_page_nobody_holds_is_read_back_from_the_input_topic() -> None:
 
 def test_a_page_gone_from_the_input_topic_keeps_its_verdict_and_is_a_dead_letter() -> None:
     messages = _messages(seed=9, articles=2)
-    restarted = ContentSeenStage(TOPICS, "a")
-    restarted.attach_input_reader(FakeReader({}))  # deleted by retention
+    restarted = _bound(ContentSeenStage(TOPICS, "a"), FakeReader({}))  # deleted by retention
     found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
     unique = [v for v in _by_topic(found, TOPICS.page_verdicts) if v["verdict"] == "unique"]
     letters = _by_topic(found, TOPICS.dead_letters)
@@ -95,11 +101,9 @@ def test_a_page_decided_by_another_worker_takes_its_record_along() -> None:
     messages = _messages(seed=10, articles=4)
     alone = ContentSeenStage(TOPICS, "a")
     expected = _run(alone, alone, messages)
-    router = ContentSeenStage(TOPICS, "a")
-    router.attach_shards(OwnedShards({}), 8)
+    router = _bound(ContentSeenStage(TOPICS, "a"), shards=8)
     reader = FakeReader({})
-    decider = ContentSeenStage(TOPICS, "a")
-    decider.attach_input_reader(reader)
+    decider = _bound(ContentSeenStage(TOPICS, "a"), reader)
     assert _run(router, decider, messages) == expected and reader.reads == []
 
 

@@ -8,6 +8,7 @@ the broker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,8 +24,8 @@ from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.recovery import recover, start_offset
-from streams.runtime.stage import InputPositions, Message
-from streams.runtime.store import MemoryStore, PartitionStore
+from streams.runtime.stage import InputPositions, Message, Needs, StageContext
+from streams.runtime.store import MemoryStore
 from tests.memory_kafka import Crash, MemoryKafka, running
 
 
@@ -52,7 +53,10 @@ class EchoStage:
     route_topics = ["in"]
     state_topic = "shards"
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
+    def needs(self) -> Needs:
+        return Needs()
+
+    def bind(self, context: StageContext) -> None:
         pass
 
     def route(self, message: Message) -> list[Emit]:
@@ -160,7 +164,10 @@ class PreparingStage(EchoStage):
         self.prepared: list[int] = []
         self.seen: list[tuple[str, int]] = []
 
-    def prepare(self, messages: list[Message]) -> int:
+    def needs(self) -> Needs:
+        return Needs(prepare=self.prepare, ready_for_input=self.ready_for_input)
+
+    def prepare(self, messages: Sequence[Message]) -> int:
         self.prepared = [message.offset() or 0 for message in messages]
         return len(messages)
 
@@ -201,7 +208,7 @@ class RoomyStage(PreparingStage):
         super().__init__()
         self.room, self.ready = room, False
 
-    def prepare(self, messages: list[Message]) -> int:
+    def prepare(self, messages: Sequence[Message]) -> int:
         super().prepare(messages)
         return min(self.room, len(messages))
 
@@ -213,7 +220,7 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
     """Deferred: each partition rewound to its first deferred record and paused until the stage is
     ready; the records taken are held for the next batch."""
     stage, consumer, counters = RoomyStage(room=1), StubConsumer(), Counters()
-    flow = InputFlow(stage, consumer, "shards", counters)  # type: ignore[arg-type]
+    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, "shards", counters)  # type: ignore[arg-type]
     batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("in", 5, b'{"k": "b"}', None, 1),
              LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 7, b"v", b"d", 0)]
     assert flow.arrange(batch) == [batch[3]] and flow.holding  # type: ignore[arg-type]
@@ -230,7 +237,8 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
 
 def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
     consumer = StubConsumer()
-    flow = InputFlow(RoomyStage(room=9), consumer, "shards", Counters())  # type: ignore[arg-type]
+    stage = RoomyStage(room=9)
+    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, "shards", Counters())  # type: ignore[arg-type]
     held = [LineMessage("in", 4, b"{}", None, 0), LineMessage("in", 6, b"{}", None, 1)]
     flow.arrange(held)  # type: ignore[arg-type]
     flow.revoked({("in", 1)})
@@ -244,7 +252,10 @@ class ReportingStage(EchoStage):
     def __init__(self) -> None:
         self.told: list[tuple[Any, list[int]]] = []
 
-    def end_of_part(self, inputs: InputPositions | None, states: dict[int, BatchState]) -> list[Emit]:
+    def needs(self) -> Needs:
+        return Needs(end_of_part=self.end_of_part)
+
+    def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
         self.told.append((inputs, sorted(states)))
         return [] if inputs is None else [Emit(self.state_topic, b"mark", b"m", 0)]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,6 @@ def test_partition_lag(committed: int | None, start: int, end: int, lag: int) ->
 @dataclass
 class _Stage:
     name: str = "url-dedup"
-    decisions: Counter[str] = field(default_factory=Counter)
 
 
 class _BloomStore(MemoryStore):
@@ -54,11 +52,11 @@ def _value(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 def test_counters_follow_the_engine_totals() -> None:
     metrics, engine = WorkerMetrics("url-dedup"), _Engine()
     engine.counters.consumed_by_topic["f"] = 5
-    engine.stage.decisions.update({"new": 3, "seen": 1})
+    engine.counters.decisions.update({"new": 3, "seen": 1})
     metrics.batch_done(engine)  # type: ignore[arg-type]
     engine.counters.consumed_by_topic["f"] = 8
     engine.counters.dead_letters_by_reason["json"] = 2
-    engine.stage.decisions.update({"seen": 4})
+    engine.counters.decisions.update({"seen": 4})
     metrics.batch_done(engine)  # type: ignore[arg-type]
     r = metrics.registry
     assert _value(r, "crawl_dedup_records_in_total", stage="url-dedup", topic="f") == 8

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from streams.errors import StateError
 from streams.runtime import rocks_tables
 from streams.runtime.batch import BatchState
-from streams.runtime.bloom_store import BloomFrontStore
 from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
+from streams.urls.bloom_store import BloomFrontStore
 
 
 def _bloom_front(path: Path) -> PartitionStore:

@@ -1,4 +1,4 @@
-"""Answers at routing (``streams/urls/recent.py``, ``UrlDedupStage.route``): the bounded set's
+"""Answers at routing (``streams/runtime/routing.py``, ``UrlDedupStage.route``): the bounded set's
 guarantees; that a repeat is only ever answered for a URL whose first sighting is certain to reach
 (or to have reached) its shard: routed in a committed transaction or in the same one, never after an
 abort; and that a URL of an owned shard is decided at routing against the same transaction's state
@@ -15,13 +15,15 @@ from hypothesis import strategies as st
 from streams.config import RuntimeSettings
 from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.identity import ShardIdentities
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
+from streams.runtime.routing import RecentKeys, RoutingMemory
+from streams.runtime.stage import StageContext
 from streams.runtime.store import MemoryStore
 from streams.topics import Topics
 from streams.url_dedup import VERSION_KEY, UrlDedupStage
 from streams.urls.canonical import fingerprint
-from streams.urls.recent import RecentKeys
 from streams.urls.settings import UrlDedupSettings
 from tests.memory_kafka import running
 
@@ -42,44 +44,49 @@ def test_recent_keys_hold_at_most_capacity_and_remember_the_latest_half(keys: li
     assert all(key in set(keys) for key in [*recent._young, *recent._old])  # nothing invented
 
 
-def _stage(owned: OwnedShards | None = None) -> UrlDedupStage:
-    stage = UrlDedupStage(Topics("t."), "app", UrlDedupSettings(route_cache_urls=100))
-    stage.attach_shards(owned if owned is not None else OwnedShards({}), SHARDS)
-    return stage
+class Routed:
+    """A URL stage bound as the engine binds it, with the routing memory the engine keeps."""
 
+    def __init__(self, owned: OwnedShards | None = None) -> None:
+        self.stage = UrlDedupStage(Topics("t."), "app", UrlDedupSettings(route_cache_urls=100))
+        self.memory = RoutingMemory(self.stage.needs().routing_memory_keys)
+        self.stage.bind(StageContext("url-dedup", SHARDS, owned if owned is not None else OwnedShards({}),
+                                     "t.dead-letters", 1024, routing=self.memory))
 
-def _route(stage: UrlDedupStage, url: str, accepted: bool = True) -> list[Emit]:
-    """Route one frontier record; ``accepted``: the runtime took its output (as the engine reports)."""
-    emits = stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
-    if accepted:
-        stage.routed(emits)
-    return emits
+    def route(self, url: str, accepted: bool = True) -> list[Emit]:
+        """Route one frontier record; ``accepted``: the runtime took its output (as the engine does)."""
+        emits = self.stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
+        if accepted:
+            self.memory.accept_record()
+        else:
+            self.memory.refuse_record()
+        return emits
 
 
 URL = "http://example.com/a"
 
 
 def test_a_repeat_in_the_same_transaction_or_after_its_commit_is_answered_at_routing() -> None:
-    stage = _stage()
-    [first] = _route(stage, URL)
+    routed = Routed()
+    [first] = routed.route(URL)
     assert first.partition == partition_for(fingerprint(URL), SHARDS) and first.key == fingerprint(URL)
-    assert _route(stage, "HTTP://EXAMPLE.COM:80/a#x") == []  # same transaction: commits with the first
-    stage.committed()
-    assert _route(stage, URL) == []
-    assert stage.decisions["seen"] == 2
+    assert routed.route("HTTP://EXAMPLE.COM:80/a#x") == []  # same transaction: commits with the first
+    routed.memory.committed()
+    assert routed.route(URL) == []
+    assert routed.stage.decisions["seen"] == 2
 
 
 def test_nothing_routed_in_an_aborted_transaction_is_remembered() -> None:
-    stage = _stage()
-    _route(stage, URL)
-    stage.aborted()
-    assert len(_route(stage, URL)) == 1  # its first sighting was never produced: route it again
+    routed = Routed()
+    routed.route(URL)
+    routed.memory.aborted()
+    assert len(routed.route(URL)) == 1  # its first sighting was never produced: route it again
 
 
 def test_a_route_whose_output_the_runtime_refused_is_not_remembered() -> None:
-    stage = _stage()
-    _route(stage, URL, accepted=False)
-    assert len(_route(stage, URL)) == 1
+    routed = Routed()
+    routed.route(URL, accepted=False)
+    assert len(routed.route(URL)) == 1
 
 
 def test_the_engine_reports_only_shard_records_it_accepted() -> None:
@@ -98,7 +105,8 @@ def test_the_engine_reports_only_shard_records_it_accepted() -> None:
 
 def _owning(store: MemoryStore, url: str = URL) -> OwnedShards:
     """The shards of a worker that owns only ``url``'s shard, kept in ``store``."""
-    owned = OwnedShards({partition_for(fingerprint(url), SHARDS): store})
+    identities = ShardIdentities(UrlDedupStage(Topics("t."), "app").needs().identity)
+    owned = OwnedShards({partition_for(fingerprint(url), SHARDS): store}, identities.first_use)
     owned.begin()
     return owned
 
@@ -106,23 +114,23 @@ def _owning(store: MemoryStore, url: str = URL) -> OwnedShards:
 def test_a_url_in_an_owned_shards_store_is_answered_and_others_are_routed() -> None:
     store = MemoryStore()
     store.apply({fingerprint(URL): URL.encode()}, None)
-    assert _route(_stage(_owning(store)), URL) == []
+    assert Routed(_owning(store)).route(URL) == []
     not_owner = OwnedShards({(partition_for(fingerprint(URL), SHARDS) + 1) % SHARDS: store})
-    [routed] = _route(_stage(not_owner), URL)
+    [routed] = Routed(not_owner).route(URL)
     assert routed.topic == "t.app.url-dedup.shards"  # not the owner: the shard decides
 
 
 def test_a_first_sighting_in_an_owned_shard_is_decided_in_the_open_transaction() -> None:
     store = MemoryStore()
     owned = _owning(store)
-    stage = _stage(owned)
-    [new] = _route(stage, URL + "#top")
+    routed = Routed(owned)
+    [new] = routed.route(URL + "#top")
     assert (new.topic, new.key) == ("t.new-urls", b"example.com")
     assert orjson.loads(new.value or b"")["canonical"] == URL
     shard = partition_for(fingerprint(URL), SHARDS)
     assert owned.states[shard].writes[fingerprint(URL)] == URL.encode()  # commits with the output
     assert store.get(fingerprint(URL)) is None  # nothing applied before the commit
-    assert _route(stage, URL) == [] and stage.decisions == {"new": 1, "seen": 1}
+    assert routed.route(URL) == [] and routed.stage.decisions == {"new": 1, "seen": 1}
 
 
 def test_a_shard_record_of_a_url_decided_at_routing_is_a_repeat_and_the_reverse() -> None:
@@ -132,31 +140,32 @@ def test_a_shard_record_of_a_url_decided_at_routing_is_a_repeat_and_the_reverse(
         {"url": URL, "canonical": URL, "host": "example.com", "fingerprint": key.hex()}), key, shard)
     for shard_first in (False, True):
         owned = _owning(MemoryStore())
-        stage = _stage(owned)
+        routed = Routed(owned)
         state = owned.state(shard)
         assert state is not None
-        first = stage.process(shard_record, state) if shard_first else _route(stage, URL)
-        second = _route(stage, URL) if shard_first else stage.process(shard_record, state)
+        first = routed.stage.process(shard_record, state) if shard_first else routed.route(URL)
+        second = routed.route(URL) if shard_first else routed.stage.process(shard_record, state)
         assert (len(first), second) == (1, [])
 
 
 def test_a_decision_at_routing_in_an_aborted_transaction_leaves_nothing() -> None:
     owned = _owning(MemoryStore())
-    stage = _stage(owned)
-    assert len(_route(stage, URL)) == 1
-    stage.aborted()
+    routed = Routed(owned)
+    assert len(routed.route(URL)) == 1
+    routed.memory.aborted()
     owned.begin()  # the engine's next transaction: the aborted one's writes are gone
-    assert len(_route(stage, URL)) == 1
+    assert len(routed.route(URL)) == 1
 
 
 def test_a_shard_of_another_canonicalization_is_refused_at_routing_too() -> None:
     store = MemoryStore()
     store.apply({VERSION_KEY: b"1:safe"}, None)
     with pytest.raises(ConfigError, match="url-dedup-migrate"):
-        _route(_stage(_owning(store)), URL)
+        Routed(_owning(store)).route(URL)
 
 
 def test_without_the_runtime_every_record_goes_to_its_shard() -> None:
-    """Offline (no attached shards, no transactions) routes everything, as before."""
+    """Unbound (no shards, no transactions) it routes everything, as offline."""
     stage = UrlDedupStage(Topics("t."), "app")
-    assert len(_route(stage, URL)) == len(_route(stage, URL)) == 1
+    message = LineMessage("t.frontier", 0, orjson.dumps({"url": URL}))
+    assert len(stage.route(message)) == len(stage.route(message)) == 1

@@ -14,18 +14,20 @@ import orjson
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
-from streams import config
+from streams import config, registry
 from streams.cluster import kafka_config
 from streams.ops.lag import PartitionLag, group_lag, topic_partitions
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 
-STAGE_INPUTS = {"url-dedup": "frontier", "content-seen": "fetched_pages", "revisit": "fetched_pages"}
-
 
 def stage_topics(topics: Topics, app_id: str, stage: str) -> list[str]:
-    """What a stage's group reads: its input topic, then its own shard topic."""
-    return [getattr(topics, STAGE_INPUTS[stage]), topics.shards(app_id, stage)]
+    """What a stage's group reads: its input topics (streams/registry.py), then its own shard topic."""
+    return [*registry.spec(stage).inputs(topics), topics.shards(app_id, stage)]
+
+
+def _stage_names() -> list[str]:
+    return [spec.name for spec in registry.STAGES]
 
 
 def measure(kafka: KafkaConfig, admin: AdminClient, topics: Topics, app_id: str,
@@ -64,7 +66,7 @@ def _handler(args: argparse.Namespace) -> int:
     app_id = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id).app_id
     prefix = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix
     kafka = kafka_config(args.config)
-    stages = args.stage or list(STAGE_INPUTS)
+    stages = args.stage or _stage_names()
     lags = measure(kafka, AdminClient(kafka.admin()), Topics(prefix), app_id, stages)
     if args.json:
         for lag in lags:
@@ -82,7 +84,7 @@ def add_parser(commands: Any) -> None:
                     "minus the committed offset; the same figures the workers export)")
     command.add_argument("--app-id", default=None, help="application id (default from settings)")
     command.add_argument("--topic-prefix", default=None, help="prefix of every topic name")
-    command.add_argument("--stage", action="append", choices=sorted(STAGE_INPUTS),
+    command.add_argument("--stage", action="append", choices=sorted(_stage_names()),
                          help="only this stage (repeatable; default: all three)")
     command.add_argument("--partitions", action="store_true", help="one line per partition too")
     command.add_argument("--json", action="store_true", help="one JSON object per partition")

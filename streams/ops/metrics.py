@@ -25,12 +25,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from streams.config import MetricsSettings
 from streams.errors import ConfigError
 from streams.ops.lag import LagMonitor, PartitionLag
+from streams.registry import metrics_ports
 from streams.runtime.engine import Engine
 from streams.runtime.store import Measured
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"url-dedup": 9410, "content-seen": 9411, "revisit": 9412, "first-seen": 9413}
+DEFAULT_PORTS = metrics_ports()  # by stage name (streams/registry.py)
 DUPLICATE_DECISIONS = frozenset({"seen", "exact", "near", "unchanged"})
 STORE_GAUGE_INTERVAL_S = 5.0  # RocksDB properties are cheap, but not free on every batch
 COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
@@ -113,10 +114,9 @@ class WorkerMetrics:
             if counters.last_batch_oldest_ms is not None:
                 age_s = max(time.time() - counters.last_batch_oldest_ms / 1000, 0.0)
                 self.record_age.labels(self.stage).observe(age_s)
-        decisions: Mapping[str, int] = getattr(engine.stage, "decisions", {})
-        self._advance("decisions", decisions)
-        self._advance("race_matches", getattr(engine.stage, "races", {}))
-        ratio = duplicate_ratio(decisions)
+        self._advance("decisions", counters.decisions)
+        self._advance("race_matches", counters.race_matches)
+        ratio = duplicate_ratio(counters.decisions)
         if ratio is not None:
             self.duplicate_ratio.labels(self.stage).set(ratio)
         if (time.monotonic() - self._last_store_update > STORE_GAUGE_INTERVAL_S

@@ -7,7 +7,7 @@ hot path of every record and are compiled with mypyc (``setup.py``), which canno
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from streams.runtime.store import PartitionStore
@@ -66,13 +66,17 @@ class OwnedShards:
     :meth:`state`, and so may a stage's router decide a record of an owned shard (the URL stage
     decides a URL's first sighting there without the trip through the shard topic): both see the
     same writes, which commit or abort together. Ownership changes only between batches (a
-    rebalance runs inside the consumer's poll, never during a transaction).
+    rebalance runs inside the consumer's poll, never during a transaction). ``first_use`` is called
+    with each shard's state when a transaction first reads it (the runtime checks the shard's
+    identity there, :class:`streams.runtime.identity.ShardIdentities`).
     """
 
-    __slots__ = ("_stores", "states")
+    __slots__ = ("_first_use", "_stores", "states")
 
-    def __init__(self, stores: Mapping[int, PartitionStore]) -> None:
+    def __init__(self, stores: Mapping[int, PartitionStore],
+                 first_use: Callable[[int, BatchState], None] | None = None) -> None:
         self._stores = stores
+        self._first_use = first_use
         self.states: dict[int, BatchState] = {}
 
     def __contains__(self, partition: int) -> bool:
@@ -91,4 +95,6 @@ class OwnedShards:
             if store is None:
                 return None
             state = self.states[partition] = BatchState(store)
+            if self._first_use is not None:
+                self._first_use(partition, state)
         return state

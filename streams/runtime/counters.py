@@ -6,6 +6,7 @@ and its tests depend on the numbers only.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -33,6 +34,8 @@ class Counters:
     consumed_by_topic: dict[str, int] = field(default_factory=dict)
     emitted_by_topic: dict[str, int] = field(default_factory=dict)
     dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
+    decisions: Counter[str] = field(default_factory=Counter)  # the stage's, by name (StageContext)
+    race_matches: Counter[str] = field(default_factory=Counter)  # the page stage's racing copies
     last_batch_s: float = 0.0
     last_batch_oldest_ms: int | None = None  # the earliest record timestamp of the last batch
 

@@ -40,20 +40,14 @@ from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.clients import CONFLUENT, KafkaClients
 from streams.runtime.counters import Counters, oldest_timestamp_ms
+from streams.runtime.identity import ShardIdentities
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
 from streams.runtime.outputs import Outputs
 from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
-from streams.runtime.stage import (
-    Preparing,
-    ReportsProgress,
-    RereadsInputs,
-    ShardAware,
-    Stage,
-    TracksRouting,
-    shard_store,
-)
+from streams.runtime.routing import RoutingMemory
+from streams.runtime.stage import Stage, StageContext, shard_store
 from streams.runtime.store import PartitionStore
 from streams.runtime.watchdog import Watchdog
 
@@ -103,16 +97,12 @@ class Engine:
         self.counters = Counters()
         self._store_factory = store_factory or self._rocks_store
         self._stores: dict[int, PartitionStore] = {}
-        self._owned = OwnedShards(self._stores)
-        self._shard_aware = stage if isinstance(stage, ShardAware) else None
-        if self._shard_aware is not None:
-            self._shard_aware.attach_shards(self._owned, settings.shards)
-        self._tracker = stage if isinstance(stage, TracksRouting) else None
-        self._input_reader: RecordReader | None = None
-        if isinstance(stage, RereadsInputs):
-            self._input_reader = RecordReader(kafka, clients=clients)
-            stage.attach_input_reader(self._input_reader)
-        self._reporter = stage if isinstance(stage, ReportsProgress) else None
+        self._needs = needs = stage.needs()
+        self._identities = ShardIdentities(needs.identity)
+        self._owned = OwnedShards(self._stores, self._identities.first_use)
+        self._routing = RoutingMemory(needs.routing_memory_keys) if needs.routing_memory_keys else None
+        self._input_reader = RecordReader(kafka, clients=clients) if needs.input_reader else None
+        self._reporter = needs.end_of_part
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
@@ -137,14 +127,17 @@ class Engine:
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._inputs = None if self._reporter is None else InputTracker(
             self._consumer, stage.state_topic, settings.transaction_timeout_s)
-        self._inflow = None if not isinstance(stage, Preparing) else InputFlow(
-            stage, self._consumer, stage.state_topic, self.counters)
+        self._inflow = None if needs.prepare is None else InputFlow(
+            needs.prepare, needs.ready_for_input, self._consumer, stage.state_topic, self.counters)
+        stage.bind(StageContext(stage.name, settings.shards, self._owned, dead_letter_topic,
+                                settings.dead_letter_max_value_bytes, self._input_reader, self._routing,
+                                self.counters))
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def _rocks_store(self, partition: int) -> PartitionStore:
         path = stage_dir(self.settings, self.stage.name) / f"shard-{partition:04d}"
-        return shard_store(self.stage, path, self.settings.rocksdb_block_cache_mb)
+        return shard_store(self._needs, path, self.settings.shards, self.settings.rocksdb_block_cache_mb)
 
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
@@ -244,7 +237,7 @@ class Engine:
         result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients)
         self.counters.recovered_records += result.total
         for partition, store in opened.items():
-            self.stage.open_shard(partition, store)
+            self._identities.opened(partition, store)
         self._stores.update(opened)
         if self._inputs is not None:
             self._inputs.assigned(partitions)
@@ -266,8 +259,9 @@ class Engine:
         if self._inflow is not None:
             self._inflow.revoked(revoked)
         shards = [tp.partition for tp in partitions if tp.topic == self.stage.state_topic]
-        if self._shard_aware is not None:
-            self._shard_aware.revoked(shards)
+        self._identities.revoked(shards)
+        if self._needs.revoked is not None:
+            self._needs.revoked(shards)
         for shard in shards:
             store = self._stores.pop(shard, None)
             if store is not None:
@@ -283,7 +277,7 @@ class Engine:
             return False
         self._producer.begin_transaction()
         try:
-            self._produce(self._reporter.end_of_part(positions, {}))
+            self._produce(self._reporter(positions, {}))
             with self._watchdog.guard("commit_transaction", self.settings.transaction_timeout_s):
                 self._producer.commit_transaction(self.settings.transaction_timeout_s)
         except KafkaException as error:
@@ -340,7 +334,7 @@ class Engine:
                 part = batch[start:start + done]
                 positions = self._inputs.after(part) if self._inputs is not None else None
                 if self._reporter is not None:
-                    self._produce(self._reporter.end_of_part(positions, states))
+                    self._produce(self._reporter(positions, states))
                 changelog_ends = self._commit(part, states)
             except KafkaException as error:
                 self._abort(batch[start:], error)
@@ -348,8 +342,9 @@ class Engine:
             self._apply(states, changelog_ends)
             if positions is not None and self._inputs is not None:
                 self._inputs.committed(positions)
-            if self._tracker is not None:
-                self._tracker.committed()
+            self._identities.committed()
+            if self._routing is not None:
+                self._routing.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
             start += done
@@ -368,6 +363,7 @@ class Engine:
         ``deadline`` (``time.perf_counter``); return the states and how many records were done."""
         states = self._owned.begin()
         state_topic = self.stage.state_topic
+        routing = self._routing
         done = 0
         for message in batch[start:]:
             if done and deadline is not None and time.perf_counter() > deadline:
@@ -383,13 +379,17 @@ class Engine:
                     emits = self.stage.route(message)
                     if emits:  # most routed URLs are repeats answered at routing: nothing to emit
                         self._outputs.check(emits)
-                        if self._tracker is not None:
-                            self._tracker.routed(emits)  # only once its output is sure to be produced
+                    if routing is not None:
+                        routing.accept_record()  # only once its output is sure to be produced
             except RecordRejected as rejected:
+                if routing is not None:
+                    routing.refuse_record()
                 emits = [self._outputs.dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
                 raise  # the worker's configuration or state is wrong: stop, say why
             except Exception as error:  # noqa: BLE001 - a poison record must not stop the stage
+                if routing is not None:
+                    routing.refuse_record()
                 log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
                               message.offset())
                 emits = [self._outputs.dead_letter(message, "processing_error", repr(error))]
@@ -457,8 +457,9 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
-        if self._tracker is not None:
-            self._tracker.aborted()
+        self._identities.aborted()
+        if self._routing is not None:
+            self._routing.aborted()
         with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
             self._producer.abort_transaction(self.settings.transaction_timeout_s)
         self.counters.aborted_batches += 1

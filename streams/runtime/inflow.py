@@ -20,12 +20,12 @@ input, as Kafka Streams pauses a partition whose buffer holds ``buffered.records
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.runtime.counters import Counters
-from streams.runtime.stage import Preparing
+from streams.runtime.stage import Message as StageMessage
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +41,12 @@ def first_offsets(messages: Iterable[Message]) -> dict[Partition, int]:
 
 
 class InputFlow:
-    """The input records of a :class:`~streams.runtime.stage.Preparing` stage, batch to batch."""
+    """The input records of a stage that prepares them (``Needs.prepare``), batch to batch."""
 
-    def __init__(self, stage: Preparing, consumer: Consumer, state_topic: str, counters: Counters) -> None:
-        self._stage = stage
+    def __init__(self, prepare: Callable[[Sequence[StageMessage]], int], ready_for_input: Callable[[], bool],
+                 consumer: Consumer, state_topic: str, counters: Counters) -> None:
+        self._prepare = prepare
+        self._ready_for_input = ready_for_input
         self._consumer = consumer
         self._state_topic = state_topic
         self._counters = counters  # the worker's: deferred records are counted there
@@ -64,7 +66,7 @@ class InputFlow:
         deciding shard records first changes no outcome."""
         state_topic = self._state_topic
         inputs = [message for message in batch if message.topic() != state_topic]
-        taken = self._stage.prepare(inputs)
+        taken = self._prepare(inputs)
         if taken < len(inputs):
             self._defer(inputs[taken:])
         routed, self._held = self._held, inputs[:taken]
@@ -83,7 +85,7 @@ class InputFlow:
         log.info("no room for %d input records: %d partitions paused", len(deferred), len(positions))
 
     def resume_if_ready(self) -> None:
-        if self._paused and self._stage.ready_for_input():
+        if self._paused and self._ready_for_input():
             self._consumer.resume([TopicPartition(topic, partition) for topic, partition in self._paused])
             self._paused.clear()
 

@@ -14,14 +14,19 @@ import sys
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Final
 
 import orjson
 
+from streams.config import RuntimeSettings
 from streams.errors import RecordRejected
-from streams.runtime.batch import BatchState, Emit
-from streams.runtime.stage import Stage
+from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.identity import ShardIdentities
+from streams.runtime.routing import RoutingMemory
+from streams.runtime.stage import Needs, Stage, StageContext
 from streams.runtime.store import PartitionStore
+
+OFFLINE_DEAD_LETTERS: Final = "dead-letters"  # a stage's own dead letters offline: not written out
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +64,14 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
     """Feed ``lines`` through ``stage``; write what reaches ``output_topic``; return records written."""
     out = out if out is not None else sys.stdout.buffer
     source = stage.route_topics[0]
-    stage.open_shard(0, store)
+    owned = bind_offline(stage, store)
     written = 0
     for number, line in enumerate(lines, start=1):
         line = line.rstrip(b"\r\n")
         if not line.strip():
             continue
         try:
-            emits = _decide(stage, store, LineMessage(source, number, line))
+            emits = decide_offline(stage, owned, LineMessage(source, number, line))
         except RecordRejected as rejected:
             _report(number, rejected, out if errors_to_stdout else None)
             continue
@@ -78,11 +83,32 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
     return written
 
 
-def _decide(stage: Stage, store: PartitionStore, message: LineMessage) -> list[Emit]:
+def offline_context(stage_name: str, needs: Needs, store: PartitionStore,
+                    identities: ShardIdentities) -> StageContext:
+    """The context of an ``--offline`` run: one store, shard 0, holding every key."""
+    owned = OwnedShards({0: store}, identities.first_use)
+    routing = RoutingMemory(needs.routing_memory_keys) if needs.routing_memory_keys else None
+    return StageContext(stage_name, 0, owned, OFFLINE_DEAD_LETTERS,
+                        RuntimeSettings.dead_letter_max_value_bytes, routing=routing)
+
+
+def bind_offline(stage: Stage, store: PartitionStore) -> OwnedShards:
+    """Bind ``stage`` to a context over ``store`` alone (:func:`offline_context`),
+    after checking the store's identity; returns the one shard, as :func:`decide_offline` takes it."""
+    needs = stage.needs()
+    identities = ShardIdentities(needs.identity)
+    identities.opened(0, store)
+    context = offline_context(stage.name, needs, store, identities)
+    stage.bind(context)
+    return context.owned
+
+
+def decide_offline(stage: Stage, owned: OwnedShards, message: LineMessage) -> list[Emit]:
     """Route one line, then process what reaches the shard topic until nothing does.
 
     A stage may send records back to its own shard topic (content_seen's probes and replies);
-    offline, every shard is the one local store, so they are processed here in the order sent.
+    offline, every shard is the one local store, so they are processed here in the order sent, each
+    applied at once.
     """
     decided: list[Emit] = []
     pending = deque(stage.route(message))
@@ -91,10 +117,12 @@ def _decide(stage: Stage, store: PartitionStore, message: LineMessage) -> list[E
         if routed.topic != stage.state_topic:
             decided.append(routed)
             continue
-        state = BatchState(store)
+        owned.begin()
+        state = owned.state(0)
+        assert state is not None
         shard_message = LineMessage(stage.state_topic, message.offset(), routed.value or b"", routed.key)
         pending.extend(stage.process(shard_message, state))
-        store.apply(state.writes, None)
+        state.store.apply(state.writes, None)
     return decided
 
 

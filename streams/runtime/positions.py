@@ -1,6 +1,6 @@
 """How far a worker has routed its input partitions, for a stage that reports it to its shards.
 
-A stage that implements :class:`~streams.runtime.stage.ReportsProgress` (the page stage) learns, last
+A stage that declares ``Needs.end_of_part`` (the page stage) learns, last
 in every transaction, this worker's :class:`~streams.runtime.stage.InputPositions`: the next offset
 to route of each assigned input partition once the transaction commits, the partition's log-end
 offset, and each input topic's partition count. Reported positions are what a transaction commits

@@ -25,7 +25,7 @@ from pathlib import Path
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch
-from streams.runtime.engine import Engine, EngineObserver, StoreFactory, stage_dir
+from streams.runtime.engine import Engine, EngineObserver, stage_dir
 from streams.runtime.kafka_io import (
     COMPACTED,
     RECORD_OVERHEAD,
@@ -91,7 +91,6 @@ def tune_garbage_collector() -> None:
 
 def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
-              store_factory: StoreFactory | None = None,
               observer: Callable[[Engine], EngineObserver] | None = None) -> Engine:
     """Create topics, check shards, run until stopped; return the engine (for its counters).
 
@@ -115,8 +114,7 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     # goes to the changelog: a shard record must fit both.
     limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
     group = topics.group(settings.app_id, stage.name)
-    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, store_factory,
-                    output_limits=limits)
+    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits)
     engine.install_signal_handlers()
     compiled = compiled_modules()
     log.info("hot path %s", f"compiled with mypyc ({len(compiled)} modules)" if compiled else "interpreted")

@@ -10,16 +10,26 @@ A stage is two pure steps (after the Kafka Streams repartition idea):
 
 The runtime wraps both in one Kafka transaction per batch, so the emitted records, the state
 changes (as changelog records) and the consumed offsets are committed together or not at all.
+
+Everything else a stage asks of the runtime it declares in one :class:`Needs` (returned by
+``needs()``), and receives in one :class:`StageContext` (``bind``): the engine reads the
+declaration once and never probes a stage for capabilities. The engine builds one context per
+worker; ``--offline`` builds one over a single local store, so a stage never knows which drives it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol
 
+from streams import records
+from streams.errors import StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.counters import Counters
+from streams.runtime.routing import RoutingMemory
 from streams.runtime.store import PartitionStore, RocksStore
 
 
@@ -41,6 +51,112 @@ class Message(Protocol):
         ...
 
 
+class InputReader(Protocol):
+    """Reads an input record back by position (:class:`streams.runtime.kafka_io.RecordReader`)."""
+
+    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
+        """The value at ``offset``; None when the record is gone."""
+        ...
+
+
+@dataclass(frozen=True)
+class StateIdentity:
+    """What a shard's state was built with (versions, settings): ``entries``, state keys and values.
+
+    The runtime writes them into a shard with the first record it decides there (so they are
+    changelogged with it), and compares them whenever the worker opens the shard and before it
+    first uses it: a shard holding other values is refused with ``refusal(partition, found)``, the
+    stage's own explanation of how to upgrade, instead of mixing two kinds of state silently.
+    """
+
+    entries: Mapping[bytes, bytes]
+    refusal: Callable[[int, Mapping[bytes, bytes | None]], StreamsError]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a stage asks of the runtime beyond routing and processing; nothing by default.
+
+    - ``identity``: what its shards' state must have been built with (:class:`StateIdentity`).
+    - ``input_reader``: it may need an input record again after routing it (the page stage: a
+      unique page's body, when the worker that routed it kept it no longer).
+    - ``routing_memory_keys``: its router remembers up to this many keys it routed, in a
+      :class:`~streams.runtime.routing.RoutingMemory` that commits and aborts with the transactions
+      (the URL stage: a repeat of a URL it routed needs no trip through the shard topic).
+    - ``point_read_prefix_bytes``: it reads its state key by key, never by range, over stores larger
+      than the CPU caches (the page stage): its shards are kept in RocksDB's PlainTable format,
+      hashed on each key's first that many bytes (:mod:`streams.runtime.rocks_tables` says why).
+    - ``prepare`` and ``ready_for_input``: it sees a batch's input records before routing them, to
+      do the CPU-heavy part of ``route`` for all at once (in parallel) and to take no more than it
+      has room for; ``prepare`` returns how many, the first ones, to route in the next batch. Input
+      records not taken are not lost: the engine rewinds their partitions and pauses them until
+      ``ready_for_input()``, the pattern of Kafka Streams' ``buffered.records.per.partition``
+      (:mod:`streams.runtime.inflow`).
+    - ``end_of_part``: it tells its shards how far the input has been routed (the page stage: a page
+      waits until the input that could race it has been probed, :mod:`streams.pages.horizon`). The
+      engine calls it last in every transaction with this worker's :class:`InputPositions` when
+      they moved since the last committed report (else None) and the shard states the transaction
+      wrote, and once more in a transaction of its own when they moved while no input came.
+    - ``revoked``: it keeps something per shard that must go when the shard goes elsewhere.
+    - ``open_store(path, shards, block_cache_mb)``: its shards are not plain RocksDB stores (the URL
+      stage keeps a Bloom filter in front of its set, or a Bloom filter alone); every shard of it,
+      offline too, is opened through this.
+    """
+
+    identity: StateIdentity | None = None
+    input_reader: bool = False
+    routing_memory_keys: int = 0
+    point_read_prefix_bytes: int | None = None
+    prepare: Callable[[Sequence[Message]], int] | None = None
+    ready_for_input: Callable[[], bool] = field(default=lambda: True)
+    end_of_part: Callable[[InputPositions | None, Mapping[int, BatchState]], list[Emit]] | None = None
+    revoked: Callable[[Sequence[int]], None] | None = None
+    open_store: Callable[[Path, int, int], PartitionStore] | None = None
+
+
+class StageContext:
+    """What a stage may use besides its two steps' arguments.
+
+    - ``shards``: the shard count; 0 offline, where one store holds every key.
+    - ``owned``: the shards this worker owns, each as the open transaction sees it (the state its
+      shard records are decided against), live across rebalances; read it, never keep a shard's
+      state beyond the record at hand.
+    - ``input_reader``: reads an input record back by position (when the stage needs it).
+    - ``routing``: the routing memory (when the stage asked for one).
+    - :meth:`dead_letter`: a dead letter of the stage's own making.
+    - ``decisions``: what the stage decided, counted by name (``new``, ``near``...): the metrics
+      endpoint exports it as ``crawl_dedup_decisions_total``; ``race_matches``, the same for the
+      page stage's racing copies.
+    """
+
+    __slots__ = ("_dead_letter_max_value_bytes", "_dead_letter_topic", "_stage_name", "decisions",
+                 "input_reader", "owned", "race_matches", "routing", "shards")
+
+    def __init__(self, stage_name: str, shards: int, owned: OwnedShards, dead_letter_topic: str,
+                 dead_letter_max_value_bytes: int, input_reader: InputReader | None = None,
+                 routing: RoutingMemory | None = None, counters: Counters | None = None) -> None:
+        self.shards: Final = shards
+        self.owned: Final = owned
+        self.input_reader: Final = input_reader
+        self.routing: Final = routing
+        counted = Counters() if counters is None else counters
+        self.decisions: Final[Counter[str]] = counted.decisions
+        self.race_matches: Final[Counter[str]] = counted.race_matches
+        self._stage_name = stage_name
+        self._dead_letter_topic = dead_letter_topic
+        self._dead_letter_max_value_bytes = dead_letter_max_value_bytes
+
+    def dead_letter(self, *, reason: str, detail: str, topic: str, partition: int, offset: int,
+                    key: bytes | None = None, value: bytes | None = None) -> Emit:
+        """A dead letter the stage writes itself beside a decision that stands (the page stage's
+        ``page_unavailable``); the runtime counts it by its reason once the record's outputs are
+        accepted. A bad record is not one of these: raise RecordRejected."""
+        letter = records.dead_letter(reason=reason, detail=detail, stage=self._stage_name, topic=topic,
+                                     partition=partition, offset=offset, key=key, value=value,
+                                     max_value_bytes=self._dead_letter_max_value_bytes)
+        return Emit(self._dead_letter_topic, letter, key)
+
+
 class Stage(Protocol):
     """A stateful stage as the runtime drives it."""
 
@@ -56,8 +172,12 @@ class Stage(Protocol):
         """The shard topic: its partition i owns state shard i."""
         ...
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
-        """Called once a shard's store is recovered, before its first record; may refuse it."""
+    def needs(self) -> Needs:
+        """What the stage asks of the runtime (read once, before :meth:`bind`)."""
+        ...
+
+    def bind(self, context: StageContext) -> None:
+        """Called once, before any record, with what the runtime gives the stage."""
         ...
 
     def route(self, message: Message) -> list[Emit]:
@@ -69,95 +189,13 @@ class Stage(Protocol):
         ...
 
 
-@runtime_checkable
-class Preparing(Protocol):
-    """A stage that sees a batch's input records before routing them: to do the CPU-heavy part of
-    ``route`` for all of them at once (in parallel), and to take no more of them than it has room
-    for (a stage that keeps what it routed in memory until its shard records come back).
-
-    Input records a stage does not take are not lost: the engine rewinds their partitions to the
-    first of them and pauses those partitions until :meth:`ready_for_input`, the pattern of Kafka
-    Streams' ``buffered.records.per.partition``, with the stage's own measure of what is in flight.
-    """
-
-    def prepare(self, messages: Sequence[Message]) -> int:
-        """Called with a batch's input-topic records before ``route`` sees them one by one; returns
-        how many of them, the first ones, to route in this batch."""
-        ...
-
-    def ready_for_input(self) -> bool:
-        """Whether the stage has room for input again (the engine then resumes paused inputs)."""
-        ...
-
-
-@runtime_checkable
-class ShardAware(Protocol):
-    """A stage whose router looks at the shards its worker owns (the URL stage decides a URL of an
-    owned shard at routing; the page stage keeps a page in memory when it owns the page's gather
-    shard). The engine tells it what it owns."""
-
-    def attach_shards(self, owned: OwnedShards, shards: int) -> None:
-        """Called once, before any record: the shards this worker owns, live, each as the open
-        transaction sees it (the same state its shard records are decided against), and the
-        shard count."""
-        ...
-
-    def revoked(self, shards: Sequence[int]) -> None:
-        """This worker no longer owns ``shards`` (called before their stores close)."""
-        ...
-
-
-@runtime_checkable
-class TracksRouting(Protocol):
-    """A stage whose router remembers what it routed (the URL stage: a repeat of a URL it routed
-    needs no trip through the shard topic). The engine tells it when its routing became final."""
-
-    def routed(self, emits: Sequence[Emit]) -> None:
-        """What ``route`` returned for one record is in the open transaction (its sizes checked:
-        an output refused as too large became a dead letter instead and is not reported)."""
-        ...
-
-    def committed(self) -> None:
-        """The transaction holding everything routed since the last call committed."""
-        ...
-
-    def aborted(self) -> None:
-        """That transaction was aborted: forget what was routed in it."""
-        ...
-
-
-@runtime_checkable
-class PointReadState(Protocol):
-    """A stage that reads its state key by key, never by range, over a store larger than the CPU
-    caches (the page stage: 10 random buckets of its block tables per page). Its shards are kept in
-    RocksDB's PlainTable format, hashed on each key's first ``state_key_prefix_bytes``
-    (:mod:`streams.runtime.rocks_tables` says why)."""
-
-    @property
-    def state_key_prefix_bytes(self) -> int: ...
-
-
-def shard_store(stage: Stage, path: Path, block_cache_mb: int) -> RocksStore:
-    """A shard's RocksDB store at ``path``: PlainTable for a :class:`PointReadState` stage, else
-    block-based tables with a ``block_cache_mb`` block cache."""
-    prefix_bytes = stage.state_key_prefix_bytes if isinstance(stage, PointReadState) else None
-    return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=prefix_bytes)
-
-
-class InputReader(Protocol):
-    """Reads an input record back by position (:class:`streams.runtime.kafka_io.RecordReader`)."""
-
-    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
-        """The value at ``offset``; None when the record is gone."""
-        ...
-
-
-@runtime_checkable
-class RereadsInputs(Protocol):
-    """A stage that may need an input record again after routing it (the page stage: a unique
-    page's body, when the worker that routed it kept it no longer). The engine gives it a reader."""
-
-    def attach_input_reader(self, reader: InputReader) -> None: ...
+def shard_store(needs: Needs, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+    """A shard's store at ``path`` (one of ``shards``): the stage's own (``Needs.open_store``), or a
+    RocksDB store, in PlainTable format for a stage that reads its state point by point
+    (``Needs.point_read_prefix_bytes``), else in block-based tables with a block cache."""
+    if needs.open_store is not None:
+        return needs.open_store(path, shards, block_cache_mb)
+    return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=needs.point_read_prefix_bytes)
 
 
 @dataclass(frozen=True)
@@ -172,17 +210,3 @@ class InputPositions:
     routed: Mapping[tuple[str, int], int]
     log_ends: Mapping[tuple[str, int], int]
     partitions: Mapping[str, int]
-
-
-@runtime_checkable
-class ReportsProgress(Protocol):
-    """A stage that tells its shards how far the input has been routed (the page stage: a page waits
-    until the input that could race it has been probed, :mod:`streams.pages.horizon`).
-
-    The engine calls :meth:`end_of_part` last in every transaction, with this worker's input
-    positions when they moved since the last committed report (else None), and once more in a
-    transaction of its own when they moved while no input came (a new assignment)."""
-
-    def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
-        """Records to emit last in the transaction; ``states``: the shard states it wrote."""
-        ...

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 
 from streams.errors import RecordRejected
 from streams.runtime.batch import BatchState, Emit
-from streams.runtime.stage import Message
-from streams.runtime.store import PartitionStore
+from streams.runtime.stage import Message, Needs, StageContext
 
 SEEN = b"\x01"
 
@@ -30,7 +29,10 @@ class FirstSeenStage:
     def state_topic(self) -> str:
         return self.input_topic
 
-    def open_shard(self, partition: int, store: PartitionStore) -> None:
+    def needs(self) -> Needs:
+        return Needs()
+
+    def bind(self, context: StageContext) -> None:
         pass
 
     def route(self, message: Message) -> list[Emit]:

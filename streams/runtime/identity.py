@@ -1,0 +1,67 @@
+"""The runtime's check of a shard's identity: what its state was built with, as the stage declares it.
+
+Each stage that keeps versioned state (the URL stage's canonicalization, the page stage's table
+design) declares a :class:`~streams.runtime.stage.StateIdentity`; one worker's
+:class:`ShardIdentities` writes it into new shards and refuses shards built otherwise, for the
+engine and for ``--offline`` alike, so no stage repeats the logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from streams.runtime.batch import BatchState
+from streams.runtime.stage import StateIdentity
+from streams.runtime.store import PartitionStore
+
+
+class ShardIdentities:
+    """Checks each shard's :class:`~streams.runtime.stage.StateIdentity` for one worker.
+
+    On open (the store recovered) and on a shard's first use in a transaction: an empty shard is
+    given the identity, in the transaction's writes, so it commits, and is changelogged, with the
+    first record decided there; a shard holding another identity is refused. A shard counts as
+    checked only once such a transaction commits: after an abort its identity is written again.
+    """
+
+    def __init__(self, identity: StateIdentity | None) -> None:
+        self._identity = identity
+        self._checked: set[int] = set()
+        self._pending: set[int] = set()
+
+    def opened(self, partition: int, store: PartitionStore) -> None:
+        identity = self._identity
+        if identity is None:
+            return
+        found = {key: store.get(key) for key in identity.entries}
+        if any(value is not None for value in found.values()):
+            self._compare(partition, found)
+            self._checked.add(partition)
+
+    def first_use(self, partition: int, state: BatchState) -> None:
+        """Called when a transaction first reads shard ``partition``."""
+        identity = self._identity
+        if identity is None or partition in self._checked:
+            return
+        found = {key: state.get(key) for key in identity.entries}
+        if all(value is None for value in found.values()):
+            for key, value in identity.entries.items():
+                state.set(key, value)
+        else:
+            self._compare(partition, found)
+        self._pending.add(partition)
+
+    def _compare(self, partition: int, found: Mapping[bytes, bytes | None]) -> None:
+        assert self._identity is not None
+        if found != self._identity.entries:
+            raise self._identity.refusal(partition, found)
+
+    def committed(self) -> None:
+        self._checked |= self._pending
+        self._pending = set()
+
+    def aborted(self) -> None:
+        self._pending = set()
+
+    def revoked(self, partitions: Iterable[int]) -> None:
+        self._checked.difference_update(partitions)

@@ -1,0 +1,90 @@
+"""What a stage's router remembers across transactions: keys it routed, answered from memory later.
+
+The URL stage's combiner in front of its shards. Why: most of a frontier is repeats
+(bench/results/url.md gives the benchmark's share; more in a real crawl, where every page links its
+site's navigation again). A repeat's only outcome is "seen", yet without a local answer each one
+costs a trip through the shard topic: encoded, produced, fetched back, decided. A worker that has
+itself routed a fingerprint in a committed transaction knows that this URL's first sighting is in
+the shard topic and will be decided before anything routed after it, so every later sighting is a
+repeat, whichever worker owns the shard. Dropping it at routing is a map-side combiner (the idea of
+MapReduce's combiners, Dean and Ghemawat, OSDI 2004): the same decisions, less traffic. Only
+membership matters and a miss costs only the trip, so the set may forget: it is bounded, never
+exact.
+
+Bounded by two generations (the "2Q"/generational trick without per-entry bookkeeping): keys go
+to the young set; when it holds half the capacity it becomes the old set and the previous old set
+is dropped. A key is found while it is in either, so every key is remembered for at least
+``capacity / 2`` later insertions, and at most ``capacity`` keys are held. Memory is about 90 bytes
+per key held (a 16-byte ``bytes`` object and its set slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RecentKeys:
+    """At most ``capacity`` keys; each remembered for at least ``capacity // 2`` later additions."""
+
+    __slots__ = ("_half", "_old", "_young")
+
+    def __init__(self, capacity: int) -> None:
+        self._half = max(1, capacity // 2)
+        self._young: set[bytes] = set()
+        self._old: set[bytes] = set()
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._young or key in self._old
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def update(self, keys: Iterable[bytes]) -> None:
+        young = self._young
+        for key in keys:
+            young.add(key)
+            if len(young) >= self._half:
+                self._old, young = young, set()
+        self._young = young
+
+
+class RoutingMemory:
+    """Keys a router routed, remembered only as long as what they stand for is certain to commit.
+
+    A router notes the key of a record as it routes it (:meth:`note`). The runtime then takes the
+    notes of that record into the open transaction once it has accepted the record's outputs
+    (:meth:`accept_record`; an output refused as too large becomes a dead letter and its notes are
+    dropped, :meth:`refuse_record`), keeps them (bounded, :class:`RecentKeys`) once the transaction
+    commits, and forgets the transaction's notes when it aborts. So ``key in memory`` is true only
+    for a key whose record is in a committed transaction or in the open one, whose fate a repeat
+    shares: a repeat answered from memory is never the only sighting of a URL that was lost.
+    """
+
+    __slots__ = ("_open", "_recent", "_record")
+
+    def __init__(self, capacity: int) -> None:
+        self._recent = RecentKeys(capacity)
+        self._open: set[bytes] = set()  # noted in the open transaction, records accepted
+        self._record: list[bytes] = []  # noted for the record being routed
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._open or key in self._recent
+
+    def note(self, key: bytes) -> None:
+        self._record.append(key)
+
+    def accept_record(self) -> None:
+        if self._record:
+            self._open.update(self._record)
+            self._record = []
+
+    def refuse_record(self) -> None:
+        self._record = []
+
+    def committed(self) -> None:
+        self._recent.update(self._open)
+        self._open = set()
+
+    def aborted(self) -> None:
+        self._open = set()
+        self._record = []
