@@ -47,10 +47,14 @@ PIPELINES = ("stage", "passthrough2", "passthrough1", "scrapy-redis")
 PYTHON = sys.executable
 
 
-def _stage(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: str) -> dict[str, Any]:
+def stage_rate(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: str,
+               tree: Path = h.PROJECT_ROOT) -> dict[str, Any]:
+    """The stage's steady rate on ``prefix``'s frontier; ``tree``: the checkout to run (its own
+    virtualenv's Python, from its own directory), for A/B runs (bench/url_ab.py)."""
     topics = Topics(prefix)
-    command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
-               f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", PYTHON, "-m", "streams", "url-dedup",
+    python = PYTHON if tree == h.PROJECT_ROOT else str(tree / ".venv" / "bin" / "python")
+    command = ["env", f"--chdir={tree}", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
+               f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", python, "-m", "streams", "url-dedup",
                "--topic-prefix", prefix, "--app-id", app_id, "--worker-id", "w0", "--state-dir",
                str(work / f"state-{app_id}"), "--shards", str(PARTITIONS)]
     shards = topics.shards(app_id, "url-dedup")
@@ -82,7 +86,7 @@ def _kill_test(kafka: KafkaConfig, records: int, kills: int, work: Path) -> dict
             "seconds": round(report.seconds, 1)}
 
 
-def _passthrough(kafka: KafkaConfig, source: str, total: int, work: Path, hops: int) -> dict[str, Any]:
+def passthrough_rate(kafka: KafkaConfig, source: str, total: int, work: Path, hops: int) -> dict[str, Any]:
     group, sink = h.fresh_name(f"pt{hops}"), h.fresh_name(f"pt{hops}-out")
     via = h.fresh_name("pt-via") if hops == 2 else None
     h.create_topics(kafka, [sink] + ([via] if via else []), PARTITIONS)
@@ -206,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     records, distinct = frontier(args.records)
     h.produce(kafka, source, ((None, value) for value in records))
     runs: dict[str, Callable[[int], dict[str, Any]]] = {
-            "stage": lambda round_: _stage(kafka, prefix, args.records, work, f"bench{round_}"),
-            "passthrough2": lambda _: _passthrough(kafka, source, args.records, work, hops=2),
-            "passthrough1": lambda _: _passthrough(kafka, source, args.records, work, hops=1),
+            "stage": lambda round_: stage_rate(kafka, prefix, args.records, work, f"bench{round_}"),
+            "passthrough2": lambda _: passthrough_rate(kafka, source, args.records, work, hops=2),
+            "passthrough1": lambda _: passthrough_rate(kafka, source, args.records, work, hops=1),
             "scrapy-redis": lambda _: _scrapy_redis(kafka, source, args.records, work)}
     measured = _measure(runs, args.pipelines.split(","), args.rounds)
     rates = list(measured.values())

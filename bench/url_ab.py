@@ -1,0 +1,50 @@
+"""The URL stage of two checkouts, side by side on one frontier (a change's A/B).
+
+    python -m bench.url_ab --other /path/to/checkout [--records 2000000] [--rounds 3]
+
+``--other`` is a clone built as CI builds it (``make``: its own ``.venv``, hot path compiled). Each
+round runs both stages on the same frontier in alternating order (this machine is shared: the
+order must not favour one), then the one-hop passthrough, the same yardstick as ``make bench-url``.
+Prints each round and the best round of each; a speed change is the ratio of the two bests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from bench import harness as h
+from bench.frontier_gen import frontier
+from bench.url_bench import PARTITIONS, passthrough_rate, stage_rate
+from streams.topics import Topics
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--other", type=Path, required=True, help="the checkout to compare with")
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    kafka, work = h.broker(), Path(tempfile.mkdtemp(prefix="url-ab-"))
+    prefix = f"{h.fresh_name('urlab')}."
+    source = Topics(prefix).frontier
+    h.create_topics(kafka, [source], PARTITIONS)
+    lines, _distinct = frontier(args.records)
+    h.produce(kafka, source, ((None, value) for value in lines))
+    trees = {"this": h.PROJECT_ROOT, "other": args.other.resolve()}
+    rates: dict[str, list[int]] = {"this": [], "other": [], "passthrough, 1 hop": []}
+    for round_ in range(args.rounds):
+        for name in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
+            run = stage_rate(kafka, prefix, args.records, work, f"{name}{round_}", tree=trees[name])
+            rates[name].append(run["urls_per_s"])
+        yardstick = passthrough_rate(kafka, source, args.records, work, hops=1)
+        rates["passthrough, 1 hop"].append(yardstick["urls_per_s"])
+        print(f"round {round_}:", {name: found[-1] for name, found in rates.items()}, flush=True)
+    best = {name: max(found) for name, found in rates.items()}
+    print(f"best of {args.rounds}: {best}; this / other {best['this'] / best['other']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
