@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parent
 COMPILED = (
     "streams/plain.py",
     "streams/records.py",
-    "streams/url_dedup.py",
+    "streams/stages/url_dedup/stage.py",
     "streams/runtime/batch.py",
     "streams/runtime/counters.py",
     "streams/runtime/engine.py",
     "streams/runtime/outputs.py",
     "streams/runtime/partitioner.py",
     "streams/runtime/routing.py",
-    "streams/urls/bloom.py",
-    "streams/urls/bloom_store.py",
+    "streams/stages/url_dedup/bloom.py",
+    "streams/stages/url_dedup/bloom_store.py",
     "streams/urls/canonical.py",
     "streams/urls/host.py",
 )

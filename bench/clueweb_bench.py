@@ -71,7 +71,6 @@ import numpy.typing as npt
 import orjson
 
 from bench.neardup_set import CORPUS
-from streams.content_seen import ContentSeenStage
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.extract import normalise_text
@@ -90,6 +89,7 @@ from streams.pages.sketch import (
 )
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
 PAIRS = CORPUS / "copycat-clueweb" / "pairs.jsonl"

@@ -44,11 +44,11 @@ from bench import content_lookup
 from bench import harness as h
 from bench.neardup_set import CORPUS, corpus_files
 from streams import records, simweb
-from streams.content_seen import ContentSeenStage
 from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore, RocksStore
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"

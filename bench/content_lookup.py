@@ -5,7 +5,7 @@
 
 A lookup is what the content_seen stage's probes do for one page, table after table: one point
 read of the bucket, and the record of each slot within the Hamming threshold, to find the best
-earlier page (:func:`streams.pages.buckets.meet`). Here all tables sit in one store (the
+earlier page (:func:`streams.stages.content_seen.buckets.meet`). Here all tables sit in one store (the
 stage spreads them over shards; a shard's read costs the same). Half of the queries are near
 copies of stored fingerprints (1 to k bits flipped, every one must be found), half random ones.
 
@@ -39,16 +39,16 @@ from typing import Any
 import numpy as np
 
 from streams import content_seen
-from streams.content_seen import ContentSeenStage
-from streams.pages import buckets
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
-from streams.pages.buckets import Page, Record
 from streams.pages.sketch import SKETCH_BYTES, NearDuplicateRule, sketch_shingles
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage
 from streams.runtime.rocks_tables import TableFormat
 from streams.runtime.store import MemoryStore, RocksStore
+from streams.stages.content_seen import buckets
+from streams.stages.content_seen.buckets import Page, Record
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
 URL_FORMAT = "https://bench.example/%010d"

@@ -62,10 +62,10 @@ from bench import harness as h
 from bench.neardup_set import CORPUS, Source, load_sources
 from bench.neardup_transforms import UNIT, change_numbers, change_words
 from streams import records
-from streams.content_seen import ContentSeenStage
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"

@@ -38,7 +38,7 @@ import orjson
 
 from bench.revisit_world import DAY, EPOCH, HOUR, SimPage, build_world, respond
 from streams import records
-from streams.recrawl.allocation import optimal_frequencies, poisson_freshness
+from streams.stages.revisit.allocation import optimal_frequencies, poisson_freshness
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MIN_INTERVAL_S, MAX_INTERVAL_S = HOUR, 30 * DAY
@@ -94,9 +94,9 @@ class OfflineStage:
 def in_process_stage(env: dict[str, str]) -> Decide:
     """The same stage called in this process (for quick experiments: ``--driver inprocess``)."""
     from streams import config
-    from streams.revisit import RevisitSettings, RevisitStage
     from streams.runtime.offline import run_offline
     from streams.runtime.store import MemoryStore
+    from streams.stages.revisit.stage import RevisitSettings, RevisitStage
     from streams.topics import Topics
 
     topics = Topics()
@@ -216,7 +216,7 @@ def _count(tally: Tally, record: dict[str, Any], update: dict[str, Any], truly_u
 def optimum(world: list[SimPage], fetches_per_page_per_day: float) -> dict[str, Any]:
     """The optimal allocation from the true processes at the given spend: mean freshness and by kind.
 
-    The Lagrange allocation of :mod:`streams.recrawl.allocation` with the same interval bounds as
+    The Lagrange allocation of :mod:`streams.stages.revisit.allocation` with the same interval bounds as
     the policies. Poisson pages: ``F = (1 - exp(-r)) / r``. Periodic pages of period ``P`` refreshed
     every ``I`` with a random phase: ``F = 1 - I / (2P)`` for ``I <= P`` and ``P / (2I)`` beyond, so
     ``dF/df = P/2`` below ``f = 1/P`` and ``1 / (2 P f^2)`` above, giving ``f = 1 / sqrt(2 P mu)``

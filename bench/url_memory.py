@@ -35,7 +35,7 @@ def _disk_bytes(path: Path) -> int:
 
 def _measure_here(mode: str, urls: int, directory: Path) -> dict[str, Any]:
     from streams.runtime.store import RocksStore
-    from streams.urls.bloom_store import BloomFrontStore, BloomOnlyStore
+    from streams.stages.url_dedup.bloom_store import BloomFrontStore, BloomOnlyStore
 
     rng = random.Random(13)
     before = _rss_bytes()

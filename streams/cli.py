@@ -26,7 +26,7 @@ from streams.runtime.store import PartitionStore
 
 if TYPE_CHECKING:
     from streams.runtime.engine import Engine, EngineObserver
-    from streams.urls.settings import UrlDedupSettings
+    from streams.stages.url_dedup.settings import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -64,8 +64,8 @@ def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
 def _first_seen(args: argparse.Namespace) -> int:
     from confluent_kafka.admin import AdminClient
 
-    from streams.first_seen import FirstSeenStage
     from streams.runtime.runner import StageTopics, run_stage
+    from streams.stages.first_seen import FirstSeenStage
 
     kafka = kafka_config(args.config)
     metadata = AdminClient(kafka.admin()).list_topics(args.input, timeout=30).topics.get(args.input)
@@ -79,7 +79,7 @@ def _first_seen(args: argparse.Namespace) -> int:
 
 
 def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
-    from streams.urls.settings import UrlDedupSettings
+    from streams.stages.url_dedup.settings import UrlDedupSettings
 
     return config.load(UrlDedupSettings, "url_dedup", args.config, **registry.url_overrides(args))
 
@@ -144,9 +144,9 @@ def _offline(stage: Stage, store: PartitionStore, output_topic: str) -> int:
 
 
 def _url_migrate(args: argparse.Namespace) -> int:
+    from streams.stages.url_dedup.migrate import migrate
+    from streams.stages.url_dedup.stage import STAGE
     from streams.topics import Topics
-    from streams.url_dedup import STAGE
-    from streams.url_migrate import migrate
 
     settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
     topics = Topics(_topic_settings(args).prefix)

@@ -58,19 +58,19 @@ class StageSpec:
 
 
 def _url_dedup(topics: Topics, runtime: RuntimeSettings, settings: Any) -> Stage:
-    from streams.url_dedup import UrlDedupStage
+    from streams.stages.url_dedup.stage import UrlDedupStage
 
     return UrlDedupStage(topics, runtime.app_id, settings, runtime.max_record_bytes)
 
 
 def _content_seen(topics: Topics, runtime: RuntimeSettings, settings: Any) -> Stage:
-    from streams.content_seen import ContentSeenStage
+    from streams.stages.content_seen.stage import ContentSeenStage
 
     return ContentSeenStage(topics, runtime.app_id, settings, runtime.max_record_bytes)
 
 
 def _revisit(topics: Topics, runtime: RuntimeSettings, settings: Any) -> Stage:
-    from streams.revisit import RevisitStage
+    from streams.stages.revisit.stage import RevisitStage
 
     return RevisitStage(topics, runtime.app_id, settings, runtime.max_record_bytes)
 
@@ -95,17 +95,19 @@ STAGES: Final[Sequence[StageSpec]] = (
     StageSpec("url-dedup", "emit each new frontier URL once",
               inputs=lambda topics: [topics.frontier], outputs=lambda topics: [topics.new_urls],
               build=_url_dedup, metrics_port=9410, decisions=("new", "seen"),
-              settings_class="streams.urls.settings:UrlDedupSettings", settings_section="url_dedup",
+              settings_class="streams.stages.url_dedup.settings:UrlDedupSettings",
+              settings_section="url_dedup",
               options=_url_dedup_options, overrides=url_overrides),
     StageSpec("content-seen", "a verdict for every fetched page; unique pages once (exact and near copies)",
               inputs=lambda topics: [topics.fetched_pages],
               outputs=lambda topics: [topics.page_verdicts, topics.unique_pages],
               build=_content_seen, metrics_port=9411, decisions=("unique", "exact", "near", "skipped"),
-              settings_class="streams.content_seen:ContentSeenSettings", settings_section="content_seen"),
+              settings_class="streams.stages.content_seen.stage:ContentSeenSettings",
+              settings_section="content_seen"),
     StageSpec("revisit", "change detection and the next fetch time for every fetched page",
               inputs=lambda topics: [topics.fetched_pages], outputs=lambda topics: [topics.revisit_updates],
               build=_revisit, metrics_port=9412, decisions=("changed", "unchanged", "first"),
-              settings_class="streams.revisit:RevisitSettings", settings_section="revisit"),
+              settings_class="streams.stages.revisit.stage:RevisitSettings", settings_section="revisit"),
 )
 
 FIRST_SEEN_METRICS_PORT: Final = 9413  # the runtime's minimal processor (python -m streams first-seen)

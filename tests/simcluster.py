@@ -1,7 +1,8 @@
 """The page stage on a simulated cluster: partitions, workers, transactions, crashes, rebalances.
 
-Drives :class:`~streams.content_seen.ContentSeenStage` objects as the engine does, without Kafka, so
-that a property test can try arrival orders and interleavings the real broker seldom produces:
+Drives :class:`~streams.stages.content_seen.stage.ContentSeenStage` objects as the engine does,
+without Kafka, so that a property test can try arrival orders and interleavings the real broker
+seldom produces:
 
 - an input topic of ``input_partitions`` partitions and the stage's shard topic of ``shards``
   partitions, each an append-only log; a record emitted to the shard topic lands in its
@@ -26,13 +27,13 @@ from typing import Any
 
 import orjson
 
-from streams.content_seen import ContentSeenStage
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import InputPositions, StageContext
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
 StageFactory = Callable[[], ContentSeenStage]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.errors import ConfigError, StateError
-from streams.urls.bloom import (
+from streams.stages.url_dedup.bloom import (
     BloomFilter,
     BloomFormatError,
     ScalableBloomFilter,

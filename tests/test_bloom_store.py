@@ -9,7 +9,7 @@ import pytest
 
 from streams.errors import StateError
 from streams.runtime.store import RocksStore
-from streams.urls.bloom_store import SNAPSHOT, BloomFrontStore, BloomOnlyStore
+from streams.stages.url_dedup.bloom_store import SNAPSHOT, BloomFrontStore, BloomOnlyStore
 
 
 def _keys(count: int, seed: int = 3) -> list[bytes]:

@@ -19,10 +19,10 @@ import yaml
 
 from streams import config
 from streams.cli import _parser
-from streams.content_seen import ContentSeenSettings
-from streams.revisit import RevisitSettings
+from streams.stages.content_seen.stage import ContentSeenSettings
+from streams.stages.revisit.stage import RevisitSettings
+from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.topics import Topics
-from streams.urls.settings import UrlDedupSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

@@ -85,7 +85,7 @@ def test_a_misspelt_variable_is_refused() -> None:
 
 @pytest.mark.parametrize(("raw", "ok"), [("tf", True), ("binary", True), ("log_tf", True), ("TF", False)])
 def test_literal_settings_are_read_and_checked(raw: str, ok: bool) -> None:
-    from streams.content_seen import ContentSeenSettings
+    from streams.stages.content_seen.stage import ContentSeenSettings
 
     environ = {"STREAMS_CONTENT_SEEN_WEIGHTING": raw}
     if ok:

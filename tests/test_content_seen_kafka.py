@@ -129,7 +129,7 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
 
     Paced: a 1 MB page cache under batches of 500 pages, so every batch takes only some of its pages
     and pauses the rest (streams/runtime/inflow.py), and restarted workers read waiting pages back
-    from the input topic (streams/pages/waiting.py)."""
+    from the input topic (streams/stages/content_seen/waiting.py)."""
     topics = Topics(prefix)
     pages = simweb.crawl(seed=11, articles=120)
     _produce_crawl(kafka, topics, pages)

@@ -1,6 +1,7 @@
-"""Racing copies (streams/pages/horizon.py): whatever order pages arrive in, through any number of
-input partitions, shards and workers, with aborted transactions, crashes and rebalances, the page
-stage gives the verdicts offline mode gives on the same pages sorted by order key.
+"""Racing copies (streams/stages/content_seen/horizon.py): whatever order pages arrive in, through
+any number of input partitions, shards and workers, with aborted transactions, crashes and
+rebalances, the page stage gives the verdicts offline mode gives on the same pages sorted by order
+key.
 
 The stage runs on a simulated cluster (tests/simcluster.py), so Hypothesis can choose the clusters
 of copies, the arrival order, the partitions each page goes through and how the workers interleave.
@@ -21,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams import records, simweb
-from streams.content_seen import ContentSeenSettings, ContentSeenStage
-from streams.pages import intake
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page
 from streams.pages.decode import Skipped
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen import intake
+from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
 from tests import simcluster
 

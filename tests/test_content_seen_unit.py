@@ -9,11 +9,11 @@ import orjson
 import pytest
 
 from streams import simweb
-from streams.content_seen import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
 from streams.errors import ConfigError, RecordRejected, StateError
-from streams.pages import buckets
 from streams.runtime.offline import LineMessage, bind_offline, run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen import buckets
+from streams.stages.content_seen.stage import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
 
 TOPICS = Topics("unit.")
@@ -116,9 +116,9 @@ def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
 def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
     """The block tables are read bucket by bucket: the runtime opens the page stage's shards in
     PlainTable format (streams.runtime.rocks_tables), other stages' in block-based tables."""
-    from streams.revisit import RevisitStage
     from streams.runtime.stage import shard_store
     from streams.runtime.store import RocksStore
+    from streams.stages.revisit.stage import RevisitStage
 
     pages = shard_store(ContentSeenStage(Topics("t."), "app").needs(), tmp_path / "pages", 8, 64)
     fetches = shard_store(RevisitStage(Topics("t."), "app").needs(), tmp_path / "fetches", 8, 64)

@@ -1,6 +1,6 @@
-"""Waiting pages (streams/pages/waiting.py): the page stage keeps a page's head as state and its input
-record in memory, sends the record along when another worker decides the page, reads it back when
-nobody holds it any more, and still decides pages written in the earlier form."""
+"""Waiting pages (streams/stages/content_seen/waiting.py): the page stage keeps a page's head as
+state and its input record in memory, sends the record along when another worker decides the page,
+reads it back when nobody holds it any more, and still decides pages written in the earlier form."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import orjson
 import pytest
 
 from streams import simweb
-from streams.content_seen import ContentSeenSettings, ContentSeenStage
-from streams.pages.waiting import PageCache, Source
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.offline import LineMessage
 from streams.runtime.stage import StageContext
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
+from streams.stages.content_seen.waiting import PageCache, Source
 from streams.topics import Topics
 
 TOPICS = Topics("unit.")

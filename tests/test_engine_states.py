@@ -32,9 +32,9 @@ from streams.runtime.clients import KafkaClients
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.store import MemoryStore, PartitionStore
+from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage
-from streams.urls.settings import UrlDedupSettings
 from tests.memory_kafka import Crash, MemoryKafka, abortable
 
 TOPICS = Topics("t.")

@@ -22,13 +22,10 @@ from bench import hostile
 from bench.hostile import PAGE_STAGE, PROCESSED, URL_STAGE, Case
 from streams import records
 from streams.config import RuntimeSettings
-from streams.content_seen import MAX_URL_BYTES, ContentSeenStage
 from streams.errors import RecordRejected
 from streams.pages.features import token_hashes
 from streams.pages.simhash import ROWS_AT_ONCE, simhash64
 from streams.records import RecordKind
-from streams.recrawl.schedule import RevisitOutcome
-from streams.revisit import RevisitStage, _content_length, revisit_update
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
@@ -36,8 +33,11 @@ from streams.runtime.offline import LineMessage, bind_offline, decide_offline
 from streams.runtime.runner import OUTPUT_HEADROOM, topic_size_config
 from streams.runtime.stage import Stage
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen.stage import MAX_URL_BYTES, ContentSeenStage
+from streams.stages.revisit.schedule import RevisitOutcome
+from streams.stages.revisit.stage import RevisitStage, _content_length, revisit_update
+from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage
 from streams.urls import canonical
 from tests.memory_kafka import MemoryKafka, running
 from tests.test_engine_unit import EchoStage

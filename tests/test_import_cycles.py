@@ -44,3 +44,26 @@ def test_circles_found(tmp_path: Path, files: dict[str, str], expected: list[lis
 
 def test_the_package_has_no_circle() -> None:
     assert _tool().main(["import_cycles", str(ROOT / "streams")]) == 0
+
+
+STAGE_CODE = ("streams.stages", "streams.urls", "streams.pages", "streams.url_dedup", "streams.content_seen",
+              "streams.revisit", "streams.registry", "streams.cli")
+
+
+def test_the_runtime_imports_no_stage() -> None:
+    """streams/runtime/ is the stages' runtime, not theirs: nothing in it imports stage code."""
+    tool = _tool()
+    known = tool.modules(ROOT / "streams")
+    reached = {(name, target) for name, path in known.items() if name.startswith("streams.runtime")
+               for target in tool.imported(name, path, known) if target.startswith(STAGE_CODE)}
+    assert reached == set()
+
+
+def test_the_modules_the_design_card_names_are_the_stages() -> None:
+    from streams import content_seen, revisit, url_dedup
+    from streams.stages.content_seen.stage import ContentSeenStage
+    from streams.stages.revisit.stage import RevisitStage
+    from streams.stages.url_dedup.stage import UrlDedupStage
+
+    assert (url_dedup.UrlDedupStage, content_seen.ContentSeenStage, revisit.RevisitStage) == (
+        UrlDedupStage, ContentSeenStage, RevisitStage)

@@ -19,10 +19,10 @@ What is compared, and the one order caveat:
   unique-pages record per unique verdict. A copy is a duplicate of the earliest matching page
   *already in the block tables*; a copy produced on another input partition in the same moment as
   its original could reach the tables first, and then both are unique (the race is documented in
-  ``streams/pages/buckets.py``: the earliest page of a cluster always stays unique). A crawl meets
-  originals before their copies; the tests do the same: originals (simweb's crawl) in the first
-  half of the input, and their copies (mirrors, near copies, two days of refetches) only once every
-  original has its verdict. Membership changes happen in both halves.
+  ``streams/stages/content_seen/buckets.py``: the earliest page of a cluster always stays unique). A
+  crawl meets originals before their copies; the tests do the same: originals (simweb's crawl) in
+  the first half of the input, and their copies (mirrors, near copies, two days of refetches) only
+  once every original has its verdict. Membership changes happen in both halves.
 - revisit: every update, field for field, per URL in fetch order, under the ``nutch`` policy, whose
   interval depends on the URL's own history only. Under the ``default`` policy the interval also
   depends on the shard's budget state (every URL of the shard, in the order the shard got them), so

@@ -14,10 +14,10 @@ import pytest
 
 from streams import config, records
 from streams.records import RecordKind
-from streams.revisit import RevisitSettings, RevisitStage
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.revisit.stage import RevisitSettings, RevisitStage
 from streams.topics import Topics
 
 TOPICS = Topics("test.")

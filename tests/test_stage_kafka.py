@@ -17,8 +17,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.partitioner import partition_for
+from streams.stages.url_dedup.stage import VERSION_KEY
 from streams.topics import Topics
-from streams.url_dedup import VERSION_KEY
 from streams.urls.canonical import canonicalize, fingerprint
 from tests.conftest import run_cli
 

@@ -14,7 +14,7 @@ from streams.errors import StateError
 from streams.runtime import rocks_tables
 from streams.runtime.batch import BatchState
 from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
-from streams.urls.bloom_store import BloomFrontStore
+from streams.stages.url_dedup.bloom_store import BloomFrontStore
 
 
 def _bloom_front(path: Path) -> PartitionStore:

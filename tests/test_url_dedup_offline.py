@@ -11,8 +11,8 @@ import pytest
 
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.url_dedup.stage import UrlDedupStage, host_of
 from streams.topics import Topics
-from streams.url_dedup import UrlDedupStage, host_of
 from streams.urls.canonical import fingerprint
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

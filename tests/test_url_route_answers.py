@@ -21,10 +21,10 @@ from streams.runtime.partitioner import partition_for
 from streams.runtime.routing import RecentKeys, RoutingMemory
 from streams.runtime.stage import StageContext
 from streams.runtime.store import MemoryStore
+from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
 from streams.topics import Topics
-from streams.url_dedup import VERSION_KEY, UrlDedupStage
 from streams.urls.canonical import fingerprint
-from streams.urls.settings import UrlDedupSettings
 from tests.memory_kafka import running
 
 SHARDS = 4

@@ -256,7 +256,7 @@ def read_to_end(kafka: KafkaConfig, topic: str, idle_s: float = 0.0) -> Iterator
 class RecordReader:
     """Reads committed records back by position (read_committed), for a stage that needs an input
     record again after routing it: the page stage reads a unique page's body back from the input
-    topic when the worker that routed it kept it no longer (:mod:`streams.pages.waiting`).
+    topic when the worker that routed it kept it no longer (:mod:`streams.stages.content_seen.waiting`).
 
     A fetch brings the records after the one asked for too, and the pages read back are mostly
     neighbours read in order, partition by partition interleaved (a queue of pages decided in the

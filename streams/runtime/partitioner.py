@@ -5,7 +5,7 @@ Every producer of this project uses librdkafka's ``murmur2_random`` partitioner
 default: ``(murmur2(key) & 0x7fffffff) % partitions`` with Kafka's ``Utils.murmur2`` (MurmurHash2,
 Austin Appleby, 32-bit, seed ``0x9747b28c``). Computing it here lets a router know a record's
 shard before producing it (the URL stage answers repeats of a shard it owns from that shard's
-committed store, see :mod:`streams.url_dedup`), and setting the partition explicitly keeps the
+committed store, see :mod:`streams.stages.url_dedup.stage`), and setting the partition explicitly keeps the
 record exactly where the producer's partitioner would have put it, so state built either way
 agrees. ``tests/test_partitioner.py`` checks Kafka's own test vectors and, against the broker,
 the partitions librdkafka chooses.

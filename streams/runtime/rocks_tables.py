@@ -7,10 +7,11 @@ cache, with a Bloom filter per file. They suit every stage and any access patter
 keys and values lie unencoded in memory-mapped files, and a key is found through an in-memory hash
 index of its prefix and a Bloom filter, instead of an index-block search, a filter block and a
 data-block search through the block cache. The page stage reads its block tables this way, 10
-random buckets per page (:mod:`streams.pages.buckets`). Once the store is gigabytes, each of those
-block-cache structures misses the CPU caches, so a lookup costs less in PlainTable than in
-block-based tables even when the block cache holds the whole store
-(docs/decisions/0003-plaintable-for-block-tables.md has the timings, from ``bench/content_lookup.py``).
+random buckets per page (:mod:`streams.stages.content_seen.buckets`). Once the store is gigabytes,
+each of those block-cache structures misses the CPU caches, so a lookup costs less in PlainTable
+than in block-based tables even when the block cache holds the whole store
+(docs/decisions/0003-plaintable-for-block-tables.md has the timings, from
+``bench/content_lookup.py``).
 
 PlainTable has costs (the same document measures them):
 - no compression: more bytes per page on disk;

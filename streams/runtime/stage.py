@@ -93,10 +93,11 @@ class Needs:
       ``ready_for_input()``, the pattern of Kafka Streams' ``buffered.records.per.partition``
       (:mod:`streams.runtime.inflow`).
     - ``end_of_part``: it tells its shards how far the input has been routed (the page stage: a page
-      waits until the input that could race it has been probed, :mod:`streams.pages.horizon`). The
-      engine calls it last in every transaction with this worker's :class:`InputPositions` when
-      they moved since the last committed report (else None) and the shard states the transaction
-      wrote, and once more in a transaction of its own when they moved while no input came.
+      waits until the input that could race it has been probed,
+      :mod:`streams.stages.content_seen.horizon`). The engine calls it last in every transaction
+      with this worker's :class:`InputPositions` when they moved since the last committed report
+      (else None) and the shard states the transaction wrote, and once more in a transaction of its
+      own when they moved while no input came.
     - ``revoked``: it keeps something per shard that must go when the shard goes elsewhere.
     - ``open_store(path, shards, block_cache_mb)``: its shards are not plain RocksDB stores (the URL
       stage keeps a Bloom filter in front of its set, or a Bloom filter alone); every shard of it,

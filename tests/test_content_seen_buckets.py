@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.errors import StateError
-from streams.pages import buckets
-from streams.pages.buckets import Match, Page, Record
 from streams.pages.sketch import SKETCH_BYTES, SLOTS, NearDuplicateRule, sketch_shingles
+from streams.stages.content_seen import buckets
+from streams.stages.content_seen.buckets import Match, Page, Record
 
 RULE = NearDuplicateRule(radius=3)  # the tables' own k: the tests below are about distances
 SAME = sketch_shingles(np.arange(1, 400, dtype=np.uint64)).encode()  # one text's word pairs

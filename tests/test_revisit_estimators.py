@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.recrawl.estimators import (
+from streams.stages.revisit.estimators import (
     estimate_rate,
     improved_rate,
     irregular_rate,
     last_modified_rate,
     no_change_rate,
 )
-from streams.recrawl.history import FetchHistory, Observation
+from streams.stages.revisit.history import FetchHistory, Observation
 
 DAY = 86_400.0
 

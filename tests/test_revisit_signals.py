@@ -1,4 +1,4 @@
-"""Change signals: one case per signal, in the order of evidence of streams.recrawl.signals."""
+"""Change signals: one case per signal, in the order of evidence of streams.stages.revisit.signals."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.recrawl.history import FetchHistory
-from streams.recrawl.signals import ChangeDecision, Fetch, detect_change, etags_match_weakly, http_date_s
+from streams.stages.revisit.history import FetchHistory
+from streams.stages.revisit.signals import (
+    ChangeDecision,
+    Fetch,
+    detect_change,
+    etags_match_weakly,
+    http_date_s,
+)
 
 DAY = 86_400.0
 A, B = b"a" * 16, b"b" * 16

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
-from streams.recrawl.history import FetchHistory
+from streams.stages.revisit.history import FetchHistory
 
 _ERROR_STATUSES = frozenset({408, 429})
 

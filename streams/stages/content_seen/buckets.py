@@ -22,7 +22,7 @@ sizes).
 Pages carry an ``order`` key (16 bytes: fetch time in ms, then the input partition and offset,
 all big-endian) so that "earlier" means the same thing on every partition. A probe reports the
 best *earlier* page to its own page, and the probing page to every *later* page it meets (a page
-probed before an earlier one: the later page waits for such news, :mod:`streams.pages.horizon`).
+probed before an earlier one: the later page waits for such news, :mod:`streams.stages.content_seen.horizon`).
 Only the later page of a pair is ever called the other's copy, so the earliest page of a cluster
 always stays unique and no cluster loses all its members.
 """

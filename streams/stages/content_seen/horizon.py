@@ -1,9 +1,10 @@
 """When a waiting page may be decided: once no page that was already in the input could still race it.
 
-A page is a duplicate when an *earlier* page (by order key, :func:`streams.pages.buckets.order_key`)
-lies within the Hamming threshold. Through Kafka, pages are probed in arrival order, which is not
-order-key order: a copy may be probed before its original (a backlog replayed newest first,
-partitions consumed at different speeds, one batch holding both). Both directions are reported:
+A page is a duplicate when an *earlier* page (by order key,
+:func:`streams.stages.content_seen.buckets.order_key`) lies within the Hamming threshold. Through
+Kafka, pages are probed in arrival order, which is not order-key order: a copy may be probed before
+its original (a backlog replayed newest first, partitions consumed at different speeds, one batch
+holding both). Both directions are reported:
 
 - a probe reports the best earlier page it meets in a bucket (a *reply* to its own page), and
 - a probe that meets a *later* page sends that page a *notice*: "an earlier page is near you".
@@ -38,7 +39,7 @@ runs may race past it within that time.
 
 Why this cannot wait forever: a horizon is a set of offsets that existed when it was taken; routing
 only moves forward and never waits on a verdict (pages waiting here are not counted against the
-worker's intake, :class:`streams.pages.waiting.PageCache`), so every horizon is covered once the
+worker's intake, :class:`streams.stages.content_seen.waiting.PageCache`), so every horizon is covered once the
 input it names has been routed and probed. There is no wait between pages, so nothing can cycle.
 
 Horizons are taken in queue order at one gather shard, each from the log ends known then, so they

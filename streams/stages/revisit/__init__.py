@@ -1,6 +1,7 @@
-"""Pure core of the revisit stage: fetch history, change signals, change-rate estimators, intervals.
+"""The revisit stage: :mod:`.stage`, the thin stage, around a pure core: fetch history, change
+signals, change-rate estimators, intervals.
 
-Nothing here imports Kafka or RocksDB; :mod:`streams.revisit` is the thin stage around it, and the
+Nothing in the core imports Kafka or RocksDB; the
 benchmark (``bench/revisit_sim.py``) drives it through ``python -m streams revisit --offline``.
 
 * :mod:`.history`: what is kept per URL, and its compact versioned encoding.

@@ -1,7 +1,7 @@
 """The shard's shared allocation state: its pages' rate histogram, the multiplier, and spend feedback.
 
 The default policy needs one number shared by all pages, the Lagrange multiplier ``mu``
-(:mod:`streams.recrawl.allocation`). Where that state lives in a sharded stage is a real choice;
+(:mod:`streams.stages.revisit.allocation`). Where that state lives in a sharded stage is a real choice;
 here it is per shard, with the shard's share of the budget. The stage is sharded by URL
 fingerprint, so every shard holds an unbiased sample of the pages and finds the same ``mu`` up to
 sampling noise, and no cross-shard coordination (nor a second topic) is needed. A shard of a few
@@ -27,7 +27,7 @@ from typing import Final
 import numpy as np
 
 from streams.errors import StateError
-from streams.recrawl.allocation import RATE_BINS, bin_rates_per_s, solve_multiplier
+from streams.stages.revisit.allocation import RATE_BINS, bin_rates_per_s, solve_multiplier
 
 SPEND_WINDOW_S: Final = 2 * 86_400.0
 CORRECTION_GAIN: Final = 0.15

@@ -23,7 +23,7 @@ box (KKT), and ``mu`` is the one value for which the clamped frequencies spend t
 
 Online, each page knows only its own estimate; the multiplier is the small shared state, solved
 from a histogram of the pages' estimated rates (:func:`rate_bin`, :func:`bin_rates_per_s`) kept
-per shard (:mod:`streams.recrawl.budget`).
+per shard (:mod:`streams.stages.revisit.budget`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Last in each transaction a worker sends every shard a *mark*: how far it has rou
 partitions and their log ends (when they moved). A shard that takes a mark keeps it
 (``meta:routing``) and, last in the same transaction, sends every gather shard its *progress*: all
 it has been told, which is what it has probed through. Both are produced after the records they
-vouch for, which is the whole argument of :mod:`streams.pages.horizon`.
+vouch for, which is the whole argument of :mod:`streams.stages.content_seen.horizon`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from streams.pages.horizon import RoutingView
 from streams.runtime.batch import BatchState, Emit
+from streams.stages.content_seen.horizon import RoutingView
 
 if TYPE_CHECKING:
     from streams.runtime.stage import InputPositions

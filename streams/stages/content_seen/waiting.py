@@ -1,13 +1,13 @@
 """Pages waiting for their verdict: what the gather shard keeps of one, and where its body is.
 
 A page's verdict is decided on its gather shard once every block table has replied
-(:mod:`streams.content_seen`). Until then the shard keeps the page's *head* (URL, SimHash, digest,
-how many replies to expect) and its *source*, the input record's topic, partition and offset; not
-the page itself. The body, 100 KB or more where the head is about 200 bytes, is needed only if the
-page turns out unique, for ``unique-pages``, and it is already durable in the input topic. Kept as
-state, each page would go through the shard topic, the changelog and RocksDB (put, get, delete),
-a large part of a worker's time and of the broker's (docs/decisions/0002-compiled-hot-path.md,
-Decision 2, has the measurements).
+(:mod:`streams.stages.content_seen.stage`). Until then the shard keeps the page's *head* (URL,
+SimHash, digest, how many replies to expect) and its *source*, the input record's topic, partition
+and offset; not the page itself. The body, 100 KB or more where the head is about 200 bytes, is
+needed only if the page turns out unique, for ``unique-pages``, and it is already durable in the
+input topic. Kept as state, each page would go through the shard topic, the changelog and RocksDB
+(put, get, delete), a large part of a worker's time and of the broker's
+(docs/decisions/0002-compiled-hot-path.md, Decision 2, has the measurements).
 
 So the worker keeps the input values of pages in flight in memory (:class:`PageCache`): the router
 puts a page there when it owns the page's gather shard (with one worker, always), and otherwise
@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from streams.pages.buckets import Match
 from streams.pages.simhash import to_hex
+from streams.stages.content_seen.buckets import Match
 
 _REPLY_HEAD = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
 _PROGRESS = struct.Struct(">HH")
@@ -97,10 +97,10 @@ class PageCache:
     records' own bytes, shared with nothing else, so a page costs its size once.
 
     A page whose replies are all in only waits for its horizon, and that wait ends only once more
-    input has been routed (:mod:`streams.pages.horizon`). Its value is *parked*: not counted as in
-    flight, so the worker's intake (:mod:`streams.pages.intake`, which pauses on what is in flight)
-    never waits for it, and the first to go when the cache is full, newest first: the queue decides
-    the oldest first, so those are read soonest.
+    input has been routed (:mod:`streams.stages.content_seen.horizon`). Its value is *parked*: not
+    counted as in flight, so the worker's intake (:mod:`streams.stages.content_seen.intake`, which
+    pauses on what is in flight) never waits for it, and the first to go when the cache is full,
+    newest first: the queue decides the oldest first, so those are read soonest.
     """
 
     def __init__(self, max_bytes: int) -> None:

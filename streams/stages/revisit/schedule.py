@@ -1,21 +1,22 @@
 """One fetch in, one revisit decision out: the pure step the stage calls for every fetched page.
 
 :func:`apply_fetch` takes what is stored for the URL (or nothing), the fetch, the configuration and
-the shard's allocation state (:class:`~streams.recrawl.budget.BudgetState`, updated in place),
+the shard's allocation state (:class:`~streams.stages.revisit.budget.BudgetState`, updated in place),
 and returns a :class:`RevisitOutcome`: the history to store, whether the page changed and which
 signal said so, the next interval and fetch time, the rate estimate, and for a HEAD the pre-fetch
 answer. The steps:
 
-1. A HEAD is answered by :func:`~streams.recrawl.prefetch.fetch_needed`. When a full fetch is
+1. A HEAD is answered by :func:`~streams.stages.revisit.prefetch.fetch_needed`. When a full fetch is
    needed the page is due now and nothing is stored (the full fetch will be compared); when not,
    the HEAD counts as an unchanged fetch (``head_unchanged``) and goes on like a 304.
-2. :func:`~streams.recrawl.signals.detect_change`. A failed fetch (``fetch_error``) stores nothing
+2. :func:`~streams.stages.revisit.signals.detect_change`. A failed fetch (``fetch_error``) stores nothing
    and is retried after ``min(interval, error_retry_interval_s)``.
 3. :func:`updated_history`: the stored copy's validators and digests are replaced by the fetch's
    (kept on a 304 or a HEAD, which carry no body), and the observation (time since the fetch
    before, changed or not, Last-Modified age) joins the window of the last ``history_fetches``.
-4. The rate is estimated (:func:`~streams.recrawl.estimators.estimate_rate`), the page moves to its
-   rate bin of the shard's budget state, and the policy gives the interval (:mod:`streams.recrawl.policies`).
+4. The rate is estimated (:func:`~streams.stages.revisit.estimators.estimate_rate`), the page moves to its
+   rate bin of the shard's budget state, and the policy gives the interval
+   (:mod:`streams.stages.revisit.policies`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from streams.recrawl.allocation import rate_bin
-from streams.recrawl.budget import NOT_COUNTED, UNESTIMATED, BudgetState
-from streams.recrawl.estimators import estimate_rate
-from streams.recrawl.history import FetchHistory, Observation
-from streams.recrawl.policies import (
+from streams.stages.revisit.allocation import rate_bin
+from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
+from streams.stages.revisit.estimators import estimate_rate
+from streams.stages.revisit.history import FetchHistory, Observation
+from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
     bounds_for,
@@ -36,15 +37,15 @@ from streams.recrawl.policies import (
     nutch_step,
     probe_interval_s,
 )
-from streams.recrawl.prefetch import fetch_needed
-from streams.recrawl.signals import ChangeDecision, Fetch, detect_change, http_date_s
+from streams.stages.revisit.prefetch import fetch_needed
+from streams.stages.revisit.signals import ChangeDecision, Fetch, detect_change, http_date_s
 
 _CLOCK_SKEW_S = 60.0      # a Last-Modified this close to the fetch is the response's time, not the page's
 
 
 @dataclass(frozen=True)
 class CoreConfig:
-    """Settings of the pure step (built by :class:`streams.revisit.RevisitSettings`)."""
+    """Settings of the pure step (built by :class:`streams.stages.revisit.stage.RevisitSettings`)."""
 
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
     simhash_threshold: int = 6

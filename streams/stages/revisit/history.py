@@ -4,7 +4,7 @@ One :class:`FetchHistory` per canonical URL fingerprint: the validators and cont
 stored copy (what the next fetch is compared with), the current interval and change-rate estimate,
 and a window of the most recent :class:`Observation` (the time since the fetch before, whether a
 change was seen, and how long before the fetch the server says the page last changed). The
-estimators (:mod:`streams.recrawl.estimators`) need exactly those three numbers per fetch; older
+estimators (:mod:`streams.stages.revisit.estimators`) need exactly those three numbers per fetch; older
 fetches fall out of the window so that an estimate follows a page whose rate drifts.
 
 Encoding (format version 1, big-endian ``struct``; 66 bytes plus 9 per observation plus the

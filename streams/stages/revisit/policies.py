@@ -1,7 +1,7 @@
 """Interval policies: ``default`` (freshness under a budget), ``nutch`` (AdaptiveFetchSchedule), ``fixed``.
 
 * ``default``: each page's interval is ``1 / f`` with ``f`` the freshness-optimal frequency for its
-  estimated change rate at the shard's Lagrange multiplier (:mod:`streams.recrawl.allocation`),
+  estimated change rate at the shard's Lagrange multiplier (:mod:`streams.stages.revisit.allocation`),
   which is re-solved every ``resolve_every`` updates so that the pages together spend the budget:
   ``budget_fetches_per_page_per_day`` times the shard's pages, or ``budget_fetches_per_day`` split
   evenly over ``shards``. A page without an estimate yet (fetched once) waits ``initial_interval_s``.
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from streams.errors import ConfigError
-from streams.recrawl.allocation import optimal_frequency
-from streams.recrawl.budget import BudgetState
-from streams.recrawl.estimators import uses_last_modified
-from streams.recrawl.history import FetchHistory
+from streams.stages.revisit.allocation import optimal_frequency
+from streams.stages.revisit.budget import BudgetState
+from streams.stages.revisit.estimators import uses_last_modified
+from streams.stages.revisit.history import FetchHistory
 
 POLICIES: Final = ("default", "nutch", "fixed")
 SECONDS_PER_DAY: Final = 86_400.0
@@ -62,7 +62,8 @@ class IntervalBounds:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """What the policies need; built by :class:`streams.revisit.RevisitSettings` (defaults there)."""
+    """What the policies need; built by :class:`streams.stages.revisit.stage.RevisitSettings`
+    (defaults there)."""
 
     policy: str = "default"
     bounds: IntervalBounds = field(default_factory=lambda: IntervalBounds(3600.0, 30 * SECONDS_PER_DAY))

@@ -1,17 +1,24 @@
-"""Horizons (streams/pages/horizon.py) and the gather shard's queue (streams/pages/gather.py): progress
-only grows, a page is decided once its horizon is covered, the queue is decided from its front."""
+"""Horizons (streams/stages/content_seen/horizon.py) and the gather shard's queue
+(streams/stages/content_seen/gather.py): progress only grows, a page is decided once its horizon is
+covered, the queue is decided from its front."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.pages import gather
-from streams.pages.buckets import Match, order_key
-from streams.pages.horizon import GatherView, RoutingView, covered, decode_horizon, encode_horizon
-from streams.pages.waiting import encode_match
 from streams.runtime.batch import BatchState
 from streams.runtime.store import MemoryStore
+from streams.stages.content_seen import gather
+from streams.stages.content_seen.buckets import Match, order_key
+from streams.stages.content_seen.horizon import (
+    GatherView,
+    RoutingView,
+    covered,
+    decode_horizon,
+    encode_horizon,
+)
+from streams.stages.content_seen.waiting import encode_match
 
 places = st.tuples(st.integers(0, 3), st.integers(0, 40))
 offset_maps = st.dictionaries(places, st.integers(0, 2**40), max_size=8)

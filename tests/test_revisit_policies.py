@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.errors import ConfigError, StateError
-from streams.recrawl.allocation import (
+from streams.stages.revisit.allocation import (
     RATE_BINS,
     bin_rates_per_s,
     changes_per_refresh,
@@ -21,9 +21,9 @@ from streams.recrawl.allocation import (
     rate_bin,
     solve_multiplier,
 )
-from streams.recrawl.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
-from streams.recrawl.history import FetchHistory, Observation
-from streams.recrawl.policies import (
+from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
+from streams.stages.revisit.history import FetchHistory, Observation
+from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
     bounds_for,

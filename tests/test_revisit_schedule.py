@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
-from streams.recrawl.budget import BudgetState
-from streams.recrawl.history import FetchHistory
-from streams.recrawl.policies import IntervalBounds, PolicyConfig
-from streams.recrawl.prefetch import fetch_needed
-from streams.recrawl.schedule import CoreConfig, apply_fetch
-from streams.recrawl.signals import Fetch
+from streams.stages.revisit.budget import BudgetState
+from streams.stages.revisit.history import FetchHistory
+from streams.stages.revisit.policies import IntervalBounds, PolicyConfig
+from streams.stages.revisit.prefetch import fetch_needed
+from streams.stages.revisit.schedule import CoreConfig, apply_fetch
+from streams.stages.revisit.signals import Fetch
 
 HOUR, DAY = 3600.0, 86_400.0
 MONDAY = "Mon, 06 May 2024 08:00:00 GMT"

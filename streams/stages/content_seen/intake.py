@@ -4,7 +4,7 @@ worker routes the previous batch, or in the worker.
 The engine hands a preparing stage each batch's input records before routing them, and routes them
 in the next batch (:mod:`streams.runtime.inflow`). :meth:`Intake.prepare` takes the first of them
 while the pages in flight (awaiting their replies here, or prepared and not routed yet; a page that
-waits only for its horizon is not counted, :class:`~streams.pages.waiting.PageCache`) stay under
+waits only for its horizon is not counted, :class:`~streams.stages.content_seen.waiting.PageCache`) stay under
 three quarters of ``page_cache_mb`` (at least one when none is), and starts analysing them in the
 children, if there are any (``analysis_processes``); by the next batch their analysis is mostly
 done. The engine feeds the rest in again once :meth:`Intake.ready` (in flight at half): without
@@ -33,10 +33,10 @@ from streams.pages.analyze import (
     analyze_page,
 )
 from streams.pages.decode import Skipped
-from streams.pages.waiting import PageCache
 from streams.records import RecordKind
 from streams.runtime.parallel import Pending, ProcessMap
 from streams.runtime.stage import Message
+from streams.stages.content_seen.waiting import PageCache
 
 Place = tuple[int | None, int | None]  # a page's input partition and offset
 
@@ -56,7 +56,7 @@ class Intake:
         if processes > 0:
             analysis = {each.name: getattr(settings, each.name) for each in dataclasses.fields(PageSettings)}
             context = orjson.dumps({"settings": analysis, "max_record_bytes": max_record_bytes})
-            self._pool = ProcessMap("streams.pages.intake:analyze_value", context, processes)
+            self._pool = ProcessMap("streams.stages.content_seen.intake:analyze_value", context, processes)
 
     def prepare(self, messages: Sequence[Message]) -> int:
         """How many of ``messages``, the first ones, to take (see the module docstring); their

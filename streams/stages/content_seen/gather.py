@@ -1,21 +1,21 @@
 """The gather shard of a page: its head, its replies and notices, and the queue it waits in.
 
-State keys of a gather shard (besides the block tables, :mod:`streams.pages.buckets`):
+State keys of a gather shard (besides the block tables, :mod:`streams.stages.content_seen.buckets`):
 
-- ``p`` + order: the waiting page's head (:mod:`streams.pages.waiting`);
+- ``p`` + order: the waiting page's head (:mod:`streams.stages.content_seen.waiting`);
 - ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
   replies and notices; ``a`` + order: the same for a page decided on its replies alone (offline,
   or a page of a topic that is not one of the stage's route topics, which no horizon covers);
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
-- ``meta:gather``: the shard's :class:`~streams.pages.horizon.GatherView` (each shard's progress,
-  the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
+- ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
+  shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
 
 Through Kafka a page is decided when the front of the queue reaches it and its horizon is covered
-(:mod:`streams.pages.horizon`), by a *decide* record of its own that the gather shard sends itself:
-one page's outputs per shard record, so a page whose output its topic refuses becomes a dead
-letter alone (:mod:`streams.runtime.outputs`). Offline, and for a page of a topic that is not one
-of the stage's route topics (an ``a`` key), a page is decided when its last reply is in.
+(:mod:`streams.stages.content_seen.horizon`), by a *decide* record of its own that the gather shard
+sends itself: one page's outputs per shard record, so a page whose output its topic refuses becomes
+a dead letter alone (:mod:`streams.runtime.outputs`). Offline, and for a page of a topic that is not
+one of the stage's route topics (an ``a`` key), a page is decided when its last reply is in.
 """
 
 from __future__ import annotations
@@ -26,10 +26,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import RecordRejected
-from streams.pages.buckets import ORDER_BYTES, Match
-from streams.pages.horizon import GatherView, InputId, RoutingView, covered, decode_horizon, encode_horizon
-from streams.pages.waiting import better, decode_head, decode_match, decode_progress, encode_progress
 from streams.runtime.batch import BatchState
+from streams.stages.content_seen.buckets import ORDER_BYTES, Match
+from streams.stages.content_seen.horizon import (
+    GatherView,
+    InputId,
+    RoutingView,
+    covered,
+    decode_horizon,
+    encode_horizon,
+)
+from streams.stages.content_seen.waiting import (
+    better,
+    decode_head,
+    decode_match,
+    decode_progress,
+    encode_progress,
+)
 
 log = logging.getLogger(__name__)
 

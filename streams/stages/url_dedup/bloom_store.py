@@ -9,13 +9,14 @@ missing ones are not, so the filter is updated on every applied write, including
 by recovery.
 
 :class:`BloomOnlyStore` (opt-in, memory-bound crawls) keeps only a scalable Bloom filter: about
-1.2 bytes per key at 1 % (``streams.urls.bloom``), at the price of dropping that share of new keys.
+1.2 bytes per key at 1 % (``streams.stages.url_dedup.bloom``), at the price of dropping that share
+of new keys.
 
 Restarts: both write a snapshot of the filter (``bloom.snapshot``, versioned and checksummed by
-``streams.urls.bloom``) beside the shard, with the changelog offset it covers. An intact store with
-a matching snapshot starts without rebuilding anything; the front filter is otherwise rebuilt from
-the local RocksDB (a local scan, not a changelog replay); the Bloom-only filter resumes from its
-snapshot and recovery replays only the changelog after the snapshot's offset.
+``streams.stages.url_dedup.bloom``) beside the shard, with the changelog offset it covers. An intact
+store with a matching snapshot starts without rebuilding anything; the front filter is otherwise
+rebuilt from the local RocksDB (a local scan, not a changelog replay); the Bloom-only filter resumes
+from its snapshot and recovery replays only the changelog after the snapshot's offset.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import orjson
 
 from streams.errors import StateError
 from streams.runtime.store import Measured, PartitionStore, private_dir
-from streams.urls.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
+from streams.stages.url_dedup.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT: Final = "bloom.snapshot"
 _OFFSET: Final = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none

@@ -18,8 +18,8 @@ the reason, reading the evidence in this order:
 
 from __future__ import annotations
 
-from streams.recrawl.history import FetchHistory
-from streams.recrawl.signals import etags_match_weakly, http_date_s
+from streams.stages.revisit.history import FetchHistory
+from streams.stages.revisit.signals import etags_match_weakly, http_date_s
 
 
 def fetch_needed(history: FetchHistory | None, head_content_length: int | None,

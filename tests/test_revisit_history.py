@@ -10,9 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.errors import StateError
-from streams.recrawl.history import FORMAT_VERSION, FetchHistory, Observation, decode_history, encode_history
-from streams.recrawl.schedule import updated_history
-from streams.recrawl.signals import ChangeDecision, Fetch
+from streams.stages.revisit.history import (
+    FORMAT_VERSION,
+    FetchHistory,
+    Observation,
+    decode_history,
+    encode_history,
+)
+from streams.stages.revisit.schedule import updated_history
+from streams.stages.revisit.signals import ChangeDecision, Fetch
 
 DAY = 86_400.0
 finite = st.floats(-1e12, 1e12, allow_nan=False)

@@ -1,7 +1,7 @@
 """``python -m streams url-dedup-migrate``: re-fingerprint the URL seen-set for a new canonicalization.
 
 A URL stage refuses to run on state built with another canonicalization version or profile (see
-:mod:`streams.url_dedup`). This command moves the state over, in Kafka, where the state lives:
+:mod:`streams.stages.url_dedup.stage`). This command moves the state over, in Kafka, where the state lives:
 
 1. it checks that the stage's workers are stopped and its shard topic is drained (records routed
    under the old version carry old fingerprints and must be decided by the old version);
@@ -25,9 +25,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.kafka_io import KafkaConfig
-from streams.url_dedup import VERSION_KEY, state_version
+from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.stages.url_dedup.stage import VERSION_KEY, state_version
 from streams.urls import canonical
-from streams.urls.settings import UrlDedupSettings
 
 
 @dataclass

@@ -1,0 +1,256 @@
+"""revisit stage: change detection and the next fetch time for every fetched page.
+
+route (any fetched-pages partition): decode and validate the record, canonicalize its URL with the
+URL stage's rules (:mod:`streams.urls.canonical`) and fingerprint it, read the page's features
+(body and main-text digests, SimHash: :mod:`streams.pages.analyze`, the page stage's code), and send
+a small shard record (features and validators, not the body) to the shard that owns the fingerprint.
+
+process (shard *i*): load the URL's :class:`~streams.stages.revisit.history.FetchHistory` and the shard's
+allocation state, run the pure step (:func:`streams.stages.revisit.schedule.apply_fetch`), store both, and
+emit exactly one revisit update, keyed by host, for every fetched page (HEAD-only records included:
+their update carries the pre-fetch answer ``fetch_needed``). Policies, estimators and signals are in
+:mod:`streams.stages.revisit`; ``docs/revisit.md`` describes them with their sources.
+
+State keys: ``h`` + 16-byte fingerprint -> history; ``meta:allocation`` -> the shard's rate
+histogram, Lagrange multiplier and spend feedback (per shard, with its share of the budget; see
+:mod:`streams.stages.revisit.budget`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from streams import records
+from streams.errors import RecordRejected
+from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, digest
+from streams.pages.decode import parse_content_type
+from streams.pages.features import Weighting
+from streams.records import RecordKind
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.stage import Message, Needs, StageContext
+from streams.stages.revisit.budget import BudgetState
+from streams.stages.revisit.history import decode_history, encode_history
+from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
+from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
+from streams.stages.revisit.signals import Fetch
+from streams.stages.url_dedup.stage import host_of
+from streams.topics import Topics
+from streams.urls import canonical
+from streams.urls.canonical import CanonicalSettings
+
+STAGE = "revisit"
+HISTORY_PREFIX = b"h"
+ALLOCATION_KEY = b"meta:allocation"
+MAX_VALIDATOR_CHARS = 1024      # longer ETag or Last-Modified values are not kept (nor sent back)
+MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may not fit the history's int64
+# RFC 3339 years have four digits: a fetch time near 9999 schedules its next fetch at the last instant.
+_LAST_INSTANT_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+_FIRST_INSTANT_S = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+
+
+@dataclass(frozen=True)
+class RevisitSettings:
+    """Settings of the revisit stage (``[revisit]`` in TOML, ``STREAMS_REVISIT_*``); docs/revisit.md."""
+
+    policy: str = "default"                    # default | nutch | fixed
+    budget_fetches_per_page_per_day: float = 1.0   # default policy: fetches per page per day
+    budget_fetches_per_day: float = 0.0        # or a total per day over all shards (0: per page)
+    min_interval_s: float = 3600.0             # every policy's shortest interval
+    max_interval_s: float = 30 * 86400.0       # and longest
+    initial_interval_s: float = 86400.0        # after a page's first fetch (no estimate yet)
+    fixed_interval_s: float = 86400.0          # fixed policy
+    host_interval_bounds: tuple[str, ...] = ()          # "host=min_s:max_s" (parent domains match)
+    content_type_interval_bounds: tuple[str, ...] = ()  # "text/html=min_s:max_s" or "image/*=..."
+    resolve_every: int = 64                    # updates between re-solving the Lagrange multiplier
+    simhash_threshold: int = 6                 # main texts at most this many bits apart: "unchanged"
+    history_fetches: int = 32                  # observations kept per URL for the estimators
+    error_retry_interval_s: float = 3600.0     # after a failed fetch, at most this long
+    nutch_inc_rate: float = 0.4                # db.fetch.schedule.adaptive.inc_rate
+    nutch_dec_rate: float = 0.2                # db.fetch.schedule.adaptive.dec_rate
+    nutch_sync_delta: bool = True              # db.fetch.schedule.adaptive.sync_delta
+    nutch_sync_delta_rate: float = 0.3         # db.fetch.schedule.adaptive.sync_delta_rate
+    profile: str = "safe"                      # URL canonicalization: the URL stage's profile
+    # Change features: 2-word shingles by term frequency. Copies are found with single words (the
+    # page stage's default), but word order matters for "did this page change": the simulation
+    # measured the 6-bit threshold on these (docs/revisit.md).
+    shingle_words: int = 2
+    weighting: Weighting = "tf"
+    cjk_ngram_chars: int = 2
+    min_main_chars: int = PageSettings.min_main_chars
+
+    def core(self, shards: int) -> CoreConfig:
+        """The core's settings; a total budget is split evenly over the runtime's ``shards``."""
+        policy = PolicyConfig(
+            policy=self.policy, bounds=IntervalBounds(self.min_interval_s, self.max_interval_s),
+            initial_interval_s=self.initial_interval_s,
+            budget_fetches_per_page_per_day=self.budget_fetches_per_page_per_day,
+            budget_fetches_per_day=self.budget_fetches_per_day, shards=shards,
+            resolve_every=self.resolve_every, fixed_interval_s=self.fixed_interval_s,
+            host_bounds=parse_bound_rules(self.host_interval_bounds, "host"),
+            content_type_bounds=parse_bound_rules(self.content_type_interval_bounds, "content type"),
+            nutch_inc_rate=self.nutch_inc_rate, nutch_dec_rate=self.nutch_dec_rate,
+            nutch_sync_delta=self.nutch_sync_delta, nutch_sync_delta_rate=self.nutch_sync_delta_rate)
+        return CoreConfig(policy=policy, simhash_threshold=self.simhash_threshold,
+                          history_fetches=self.history_fetches,
+                          error_retry_interval_s=self.error_retry_interval_s)
+
+    def pages(self) -> PageSettings:
+        return PageSettings(hamming_threshold=self.simhash_threshold, shingle_words=self.shingle_words,
+                            weighting=self.weighting, cjk_ngram_chars=self.cjk_ngram_chars,
+                            min_main_chars=self.min_main_chars)
+
+
+@dataclass
+class RevisitStage:
+    """The stage as the runtime drives it (see :class:`streams.runtime.stage.Stage`)."""
+
+    topics: Topics
+    app_id: str
+    settings: RevisitSettings = field(default_factory=RevisitSettings)
+    max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
+    name: str = STAGE
+    decisions: Counter[str] = field(default_factory=Counter)  # changed / unchanged / first
+    route_topics: Sequence[str] = field(init=False)
+    state_topic: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.route_topics = [self.topics.fetched_pages]
+        self.state_topic = self.topics.shards(self.app_id, self.name)
+        self._core = self.settings.core(1)
+        self._pages = self.settings.pages()
+        self._canonical = CanonicalSettings(profile=self.settings.profile)
+
+    def needs(self) -> Needs:
+        """Nothing beyond the two steps: the history format carries its own version (read by
+        decode_history), so there is no shard identity to check."""
+        return Needs()
+
+    def bind(self, context: StageContext) -> None:
+        """The fetch budget is split across the shards (offline, one store holds it whole)."""
+        self._core = self.settings.core(max(1, context.shards))
+        self.decisions = context.decisions
+
+    def route(self, message: Message) -> list[Emit]:
+        record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
+                                max_record_bytes=self.max_record_bytes)
+        url = canonical.canonicalize(record["url"], self._canonical)
+        body = records.raw_body(records.body_bytes(record))
+        shard_record = {"url": record["url"], "host": host_of(url),
+                        "fetched_at_s": _fetched_at_s(record, message), **_validators(record, body),
+                        **page_features(record, body, self._pages)}
+        return [Emit(self.state_topic, orjson.dumps(shard_record), canonical.fingerprint(url))]
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        key = message.key()
+        if key is None or len(key) != 16:
+            raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
+        shard: dict[str, Any] = orjson.loads(message.value() or b"{}")
+        stored = state.get(HISTORY_PREFIX + key)
+        allocation = state.get(ALLOCATION_KEY)
+        budget = BudgetState.decode(allocation)
+        outcome = apply_fetch(decode_history(stored) if stored is not None else None, _fetch(shard),
+                              self._core, budget, shard["host"])
+        if outcome.history is not None:
+            state.set(HISTORY_PREFIX + key, encode_history(outcome.history))
+        encoded = budget.encode()
+        if encoded != allocation:
+            state.set(ALLOCATION_KEY, encoded)
+        self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
+        update = records.encode(RecordKind.REVISIT_UPDATE, revisit_update(shard["url"], outcome))
+        return [Emit(self.topics.revisit_updates, update, shard["host"].encode())]
+
+
+def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:
+    """The ``revisit_update`` record of one outcome (schemas/revisit_update.schema.json)."""
+    update: dict[str, Any] = {
+        "url": url,
+        "next_fetch_at": records.rfc3339(datetime.fromtimestamp(
+            min(max(outcome.next_fetch_s, _FIRST_INSTANT_S), _LAST_INSTANT_S), UTC)),
+        "interval_s": round(outcome.interval_s, 3),
+        "changed": outcome.changed,
+        "signal": outcome.signal,
+        "change_rate_estimate": outcome.rate_per_s,
+        "conditional_headers": outcome.conditional_headers,
+    }
+    if outcome.fetch_needed is not None:
+        update["fetch_needed"] = outcome.fetch_needed
+        update["fetch_needed_reason"] = outcome.fetch_needed_reason
+    return update
+
+
+def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings) -> dict[str, Any]:
+    """Digests and SimHash of the page (the page stage's analysis), hex-encoded for the shard record.
+
+    A body the analysis does not read (binary, another media type, empty) still gets its body
+    digest, so a PDF's change is seen; error statuses, 304s and HEADs carry no content to compare.
+    """
+    analysis = analyze_page(record, settings, body, sketch=False)  # it compares SimHashes only
+    if isinstance(analysis, PageAnalysis):
+        return {"body_digest": digest(body).hex(), "text_digest": analysis.text_digest.hex(),
+                "simhash": analysis.simhash}
+    status = record.get("status", 200)
+    if record.get("method", "GET") == "HEAD" or status is None or not 200 <= status < 300:
+        return {}
+    return {"body_digest": digest(body).hex()}
+
+
+def _validators(record: Mapping[str, Any], body: bytes) -> dict[str, Any]:
+    headers: Mapping[str, str] = record.get("headers") or {}
+    content_type = record.get("content_type") or headers.get("content-type")
+    return {"status": record.get("status", 200), "method": record.get("method", "GET"),
+            "etag": _short(headers.get("etag")), "last_modified": _short(headers.get("last-modified")),
+            "content_length": _content_length(record, headers, body),
+            "content_type": _media_type(content_type)}
+
+
+def _media_type(content_type: str | None) -> str | None:
+    """The media type's essence (RFC 9110 section 8.3.1): ``text/html; charset=x`` -> ``text/html``."""
+    parsed = parse_content_type(content_type)
+    return parsed[0] if parsed is not None else None
+
+
+def _short(value: str | None) -> str | None:
+    return value.strip() if value and len(value) <= MAX_VALIDATOR_CHARS else None
+
+
+def _content_length(record: Mapping[str, Any], headers: Mapping[str, str], body: bytes) -> int | None:
+    """The Content-Length header (RFC 9110 section 8.6), else the length of the body received.
+
+    Section 8.6 asks recipients to "anticipate potentially large decimal numerals and prevent
+    parsing errors due to integer conversion overflows": one of more than
+    :data:`MAX_CONTENT_LENGTH_DIGITS` digits is read as absent.
+    """
+    declared = headers.get("content-length", "").strip()
+    if declared.isascii() and declared.isdigit() and len(declared) <= MAX_CONTENT_LENGTH_DIGITS:
+        return int(declared)
+    if record.get("method", "GET") == "HEAD" or ("body" not in record and "body_base64" not in record):
+        return None
+    return len(body)
+
+
+def _fetched_at_s(record: Mapping[str, Any], message: Message) -> float:
+    """``fetched_at``, else the Kafka record's timestamp, else now (offline lines have no timestamp)."""
+    if record.get("fetched_at"):
+        return records.parse_rfc3339(record["fetched_at"]).timestamp()
+    _, timestamp_ms = message.timestamp()
+    return timestamp_ms / 1000.0 if timestamp_ms > 0 else time.time()
+
+
+def _fetch(shard: Mapping[str, Any]) -> Fetch:
+    def hex_bytes(name: str) -> bytes | None:
+        value = shard.get(name)
+        return bytes.fromhex(value) if value is not None else None
+
+    return Fetch(fetched_at_s=shard["fetched_at_s"], status=shard.get("status"),
+                 method=shard.get("method", "GET"),
+                 etag=shard.get("etag"), last_modified=shard.get("last_modified"),
+                 content_length=shard.get("content_length"), body_digest=hex_bytes("body_digest"),
+                 text_digest=hex_bytes("text_digest"), simhash=shard.get("simhash"),
+                 content_type=shard.get("content_type"))

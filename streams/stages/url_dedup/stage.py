@@ -1,0 +1,190 @@
+"""URL dedup stage: emit each URL of the frontier the first time it is seen, exactly once.
+
+route (any frontier partition): decode and validate the record, resolve the URL against its
+``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
+``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
+fingerprint. A bad record or URL becomes a dead letter with the reason. Two kinds of URL need no
+trip through the shard topic: a fingerprint this worker routed or decided before (a bounded set,
+:mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this worker owns is decided here,
+in the open transaction, exactly as the shard would (see ``_decide_at_routing``).
+
+process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
+recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
+and emitted to the new-URLs topic keyed by host, so fetchers keep per-host politeness. Repeats are
+counted, not emitted. The seen-set is the exact RocksDB set behind a Bloom filter (default) or a
+Bloom filter alone (``seen_set = "bloom"``), see :mod:`streams.stages.url_dedup.bloom_store`.
+
+The canonicalization version is part of the state (a metadata key, changelogged like the rest):
+a worker whose version differs from its state's refuses to start until the state is migrated
+(``python -m streams url-dedup-migrate``), instead of mixing two fingerprint spaces silently.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from streams import records
+from streams.errors import ConfigError, RecordRejected, StreamsError
+from streams.records import RecordKind
+from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.partitioner import partition_for
+from streams.runtime.routing import RoutingMemory
+from streams.runtime.stage import Message, Needs, StageContext, StateIdentity
+from streams.runtime.store import PartitionStore
+from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.topics import Topics
+from streams.urls import canonical
+from streams.urls.canonical import CANONICALIZATION_VERSION
+
+STAGE: Final = "url-dedup"
+VERSION_KEY: Final = b"meta:canonicalization_version"
+
+
+def host_of(canonical_url: str) -> str:
+    """The host of a canonical URL (``scheme://[userinfo@]host[:port]/...``), without re-parsing it."""
+    authority = canonical_url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+    if authority.startswith("["):
+        return authority[1: authority.index("]")]
+    return authority.partition(":")[0]
+
+
+def state_version(settings: UrlDedupSettings) -> bytes:
+    """What the state records: the canonicalization version and the profile it was built with."""
+    return f"{CANONICALIZATION_VERSION}:{settings.profile}".encode()
+
+
+@dataclass
+class UrlDedupStage:
+    """The stage as the runtime drives it (see :class:`streams.runtime.stage.Stage`)."""
+
+    topics: Topics
+    app_id: str
+    settings: UrlDedupSettings = field(default_factory=UrlDedupSettings)
+    max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
+    name: str = STAGE
+    decisions: Counter[str] = field(default_factory=Counter)  # new / seen, for the metrics
+    route_topics: Sequence[str] = field(init=False)
+    state_topic: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.route_topics = [self.topics.frontier]
+        self.state_topic = self.topics.shards(self.app_id, self.name)
+        self._canonical = self.settings.canonical()
+        self._decode = records.Decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
+        self._version = state_version(self.settings)
+        self._keep_urls = self.settings.seen_set == "exact"
+        self._owned = OwnedShards({})
+        self._shard_count = 0  # offline: no routing-time answers
+        self._routing = RoutingMemory(1)
+
+    def needs(self) -> Needs:
+        """The canonicalization the state was built with; a memory of routed fingerprints; seen-sets
+        behind Bloom filters."""
+        return Needs(identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
+                     routing_memory_keys=max(1, self.settings.route_cache_urls),
+                     open_store=partial(open_seen_set, self.settings))
+
+    def bind(self, context: StageContext) -> None:
+        self._owned, self._shard_count = context.owned, context.shards
+        self.decisions = context.decisions
+        if context.routing is not None:
+            self._routing = context.routing
+
+    def route(self, message: Message) -> list[Emit]:
+        record = self._decode(message.value())
+        source = record.get("source_url")
+        url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
+        key = canonical.fingerprint(url)
+        shard = None
+        if self._shard_count:  # under the runtime: see _decide_at_routing
+            if key in self._routing:
+                self.decisions["seen"] += 1
+                return []
+            shard = partition_for(key, self._shard_count)
+            state = self._owned.state(shard)
+            if state is not None:
+                return self._decide_at_routing(state, key, url, record)
+            self._routing.note(key)
+        # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
+        return [Emit(self.state_topic, self._new_url_record(record, url, key, host_of(url)), key, shard)]
+
+    def _decide_at_routing(self, state: BatchState, key: bytes, url: str,
+                           record: dict[str, Any]) -> list[Emit]:
+        """Decide a URL whose shard this worker owns, as the shard would, in the open transaction.
+
+        The shard topic only carries a URL to the worker that owns its shard; when that is this
+        worker, the trip (encode, produce, fetch back, decide: most of the stage's Kafka work) adds
+        nothing. The decision is taken against the shard's state as the open transaction sees it,
+        the state its shard records are decided against, so its write, its changelog record and
+        its output commit or abort with the batch, as a shard record's would, and the group
+        generation that fences a shard record's transaction fences this one. A sighting of the same
+        URL that another worker routed to the shard topic is decided there later and finds this
+        one: the URL is emitted once, by whichever sighting the owner decides first.
+
+        A fingerprint decided here, or routed to the shard topic, is noted in the runtime's routing
+        memory, which keeps it once the transaction commits (and forgets it on an abort): a later
+        sighting is answered from memory, before the shard's Bloom filter and store.
+        """
+        if self._is_seen(state, key):
+            return []
+        self._record_new(state, key, url)
+        self._routing.note(key)
+        host = host_of(url)
+        return [Emit(self.topics.new_urls, self._new_url_record(record, url, key, host), host.encode())]
+
+    @staticmethod
+    def _new_url_record(record: dict[str, Any], url: str, key: bytes, host: str) -> bytes:
+        return records.encode(RecordKind.NEW_URL,
+                              {**record, "canonical": url, "host": host, "fingerprint": key.hex()})
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        key = message.key()
+        if key is None or len(key) != 16:
+            raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
+        if self._is_seen(state, key):
+            return []
+        value = message.value() or b"{}"
+        record = orjson.loads(value)
+        self._record_new(state, key, record["canonical"])
+        return [Emit(self.topics.new_urls, value, record["host"].encode())]
+
+    def _is_seen(self, state: BatchState, key: bytes) -> bool:
+        if state.get(key) is None:
+            return False
+        self.decisions["seen"] += 1
+        return True
+
+    def _record_new(self, state: BatchState, key: bytes, url: str) -> None:
+        """The first sighting: the seen mark keeps the URL itself, so the set can be
+        re-fingerprinted when canonicalization changes (``url-dedup-migrate``)."""
+        state.set(key, url.encode() if self._keep_urls else b"")
+        self.decisions["new"] += 1
+
+    def _other_version(self, partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
+        stored = (found.get(VERSION_KEY) or b"none").decode(errors="replace")
+        return ConfigError(
+            f"shard {partition} was built with canonicalization {stored}, "
+            f"this worker uses {self._version.decode()}: stop all workers and run "
+            "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
+
+
+def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+    """Shard ``path``'s seen-set (one of ``shards``) in the configured mode: the exact RocksDB set
+    behind a Bloom filter, or a Bloom filter alone, each sized for its share of ``expected_urls``."""
+    from streams.runtime.store import RocksStore
+    from streams.stages.url_dedup.bloom_store import BloomFrontStore, BloomOnlyStore
+
+    per_shard = max(1, settings.expected_urls // max(1, shards))
+    if settings.seen_set == "bloom":
+        return BloomOnlyStore(path, per_shard, settings.bloom_false_positive_rate)
+    if settings.seen_set != "exact":
+        raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
+    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb)
+    return BloomFrontStore(inner, path, per_shard, settings.bloom_false_positive_rate)
