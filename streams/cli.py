@@ -79,9 +79,9 @@ def _first_seen(args: argparse.Namespace) -> int:
 
 
 def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
-    from streams.stages.url_dedup.settings import UrlDedupSettings
-
-    return config.load(UrlDedupSettings, "url_dedup", args.config, **registry.url_overrides(args))
+    """The URL stage's settings, for the commands that share its options (migrate, canonicalize)."""
+    settings: UrlDedupSettings = _stage_settings(registry.spec("url-dedup"), args)
+    return settings
 
 
 def _stage_settings(spec: StageSpec, args: argparse.Namespace) -> Any:

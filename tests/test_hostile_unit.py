@@ -26,10 +26,10 @@ from streams.errors import RecordRejected
 from streams.pages.features import token_hashes
 from streams.pages.simhash import ROWS_AT_ONCE, simhash64
 from streams.records import RecordKind
-from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.batch import Emit
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
-from streams.runtime.offline import LineMessage, bind_offline, decide_offline
+from streams.runtime.offline import LineMessage, OfflineShard, bind_offline, decide_offline
 from streams.runtime.runner import OUTPUT_HEADROOM, topic_size_config
 from streams.runtime.stage import Stage
 from streams.runtime.store import MemoryStore
@@ -75,10 +75,11 @@ def test_the_gzip_bomb_inflates_to_a_gibibyte_of_zeros() -> None:
     assert inflate.decompress(bomb, 16 * hostile.MIB) == bytes(16 * hostile.MIB)  # bounded output
 
 
-def _outcome(stage: Stage, owned: OwnedShards, offset: int, case: Case, output: str) -> tuple[str, list[Any]]:
+def _outcome(stage: Stage, shard: OfflineShard, offset: int, case: Case,
+             output: str) -> tuple[str, list[Any]]:
     """What the stage makes of one case, as the engine would file it: processed, or the reason."""
     try:
-        emits = decide_offline(stage, owned, LineMessage(stage.route_topics[0], offset, case.value, case.key))
+        emits = decide_offline(stage, shard, LineMessage(stage.route_topics[0], offset, case.value, case.key))
     except RecordRejected as rejected:
         return rejected.reason, []
     except Exception as error:  # noqa: BLE001 - the engine's processing_error
@@ -94,9 +95,9 @@ def _outcome(stage: Stage, owned: OwnedShards, offset: int, case: Case, output: 
 def test_every_case_meets_its_expectation(stage: Stage, output: str) -> None:
     mix = hostile.frontier_mix if stage.name == URL_STAGE else hostile.pages_mix
     cases = mix(600, 40, 1)
-    owned, wrong = bind_offline(stage, MemoryStore()), Counter[tuple[str, str, str]]()
+    shard, wrong = bind_offline(stage, MemoryStore()), Counter[tuple[str, str, str]]()
     for offset, case in enumerate(cases):
-        got, outputs = _outcome(stage, owned, offset, case, output)
+        got, outputs = _outcome(stage, shard, offset, case, output)
         if got != case.expect[stage.name]:
             wrong[(case.kind, case.expect[stage.name], got)] += 1
         elif got == PROCESSED:

@@ -11,9 +11,9 @@ import pytest
 
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
-from streams.stages.url_dedup.stage import UrlDedupStage, host_of
+from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
-from streams.urls.canonical import fingerprint
+from streams.urls.canonical import fingerprint, host_of
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

@@ -285,8 +285,8 @@ class RecordReader:
             # A fetch long-polls the broker for fetch.wait.max.ms (500 ms by default) when it finds
             # nothing new, and holds the connection meanwhile: every read after the first waited
             # that long behind the previous partition's fetch.
-            consumer = self._clients.consumer(self._kafka.consumer(group, **{"enable.partition.eof": True,
-                                                              "fetch.wait.max.ms": 10}))
+            consumer = self._clients.consumer(self._kafka.consumer(
+                group, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10}))
             self._consumer = consumer
         consumer.assign([TopicPartition(topic, partition, offset)])
         fetched = self._fetch(consumer, topic, partition, offset)

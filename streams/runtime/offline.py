@@ -64,14 +64,14 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
     """Feed ``lines`` through ``stage``; write what reaches ``output_topic``; return records written."""
     out = out if out is not None else sys.stdout.buffer
     source = stage.route_topics[0]
-    owned = bind_offline(stage, store)
+    shard = bind_offline(stage, store)
     written = 0
     for number, line in enumerate(lines, start=1):
         line = line.rstrip(b"\r\n")
         if not line.strip():
             continue
         try:
-            emits = decide_offline(stage, owned, LineMessage(source, number, line))
+            emits = decide_offline(stage, shard, LineMessage(source, number, line))
         except RecordRejected as rejected:
             _report(number, rejected, out if errors_to_stdout else None)
             continue
@@ -92,7 +92,15 @@ def offline_context(stage_name: str, needs: Needs, store: PartitionStore,
                         RuntimeSettings.dead_letter_max_value_bytes, routing=routing)
 
 
-def bind_offline(stage: Stage, store: PartitionStore) -> OwnedShards:
+@dataclass(frozen=True, slots=True)
+class OfflineShard:
+    """The one shard of an ``--offline`` run, and the check of its identity."""
+
+    owned: OwnedShards
+    identities: ShardIdentities
+
+
+def bind_offline(stage: Stage, store: PartitionStore) -> OfflineShard:
     """Bind ``stage`` to a context over ``store`` alone (:func:`offline_context`),
     after checking the store's identity; returns the one shard, as :func:`decide_offline` takes it."""
     needs = stage.needs()
@@ -100,10 +108,10 @@ def bind_offline(stage: Stage, store: PartitionStore) -> OwnedShards:
     identities.opened(0, store)
     context = offline_context(stage.name, needs, store, identities)
     stage.bind(context)
-    return context.owned
+    return OfflineShard(context.owned, identities)
 
 
-def decide_offline(stage: Stage, owned: OwnedShards, message: LineMessage) -> list[Emit]:
+def decide_offline(stage: Stage, shard: OfflineShard, message: LineMessage) -> list[Emit]:
     """Route one line, then process what reaches the shard topic until nothing does.
 
     A stage may send records back to its own shard topic (content_seen's probes and replies);
@@ -117,12 +125,13 @@ def decide_offline(stage: Stage, owned: OwnedShards, message: LineMessage) -> li
         if routed.topic != stage.state_topic:
             decided.append(routed)
             continue
-        owned.begin()
-        state = owned.state(0)
+        shard.owned.begin()
+        state = shard.owned.state(0)
         assert state is not None
         shard_message = LineMessage(stage.state_topic, message.offset(), routed.value or b"", routed.key)
         pending.extend(stage.process(shard_message, state))
         state.store.apply(state.writes, None)
+        shard.identities.committed()  # applied at once, as committed: checked once, not per record
     return decided
 
 

@@ -240,6 +240,14 @@ def fingerprint(canonical: str) -> bytes:
     return mmh3.hash_bytes(canonical.encode())[::-1]
 
 
+def host_of(canonical_url: str) -> str:
+    """The host of a canonical URL (``scheme://[userinfo@]host[:port]/...``), without re-parsing it."""
+    authority = canonical_url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+    if authority.startswith("["):
+        return authority[1: authority.index("]")]
+    return authority.partition(":")[0]
+
+
 def canonicalize_lines(lines: Iterable[str], out: TextIO, settings: CanonicalSettings = DEFAULT) -> None:
     """``python -m streams canonicalize``: one JSON line per input line, in order, flushed each time."""
     for line in lines:

@@ -367,8 +367,7 @@ class ContentSeenStage:
     def _body_unavailable(self, source: Source) -> Emit:
         """A unique page whose input record was deleted (retention) before its verdict: its verdict
         stands, and this dead letter says which page ``unique-pages`` lacks."""
-        if self._context is None:
-            raise StateError(f"page {source} is not readable offline")  # offline, every page is in memory
+        assert self._context is not None  # bound: the input reader that found it gone came with it
         return self._context.dead_letter(
             reason="page_unavailable", detail="the input record was deleted before the page's verdict",
             topic=source.topic, partition=source.partition, offset=source.offset)

@@ -40,7 +40,6 @@ from streams.stages.revisit.history import decode_history, encode_history
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.stages.revisit.signals import Fetch
-from streams.stages.url_dedup.stage import host_of
 from streams.topics import Topics
 from streams.urls import canonical
 from streams.urls.canonical import CanonicalSettings
@@ -142,7 +141,7 @@ class RevisitStage:
                                 max_record_bytes=self.max_record_bytes)
         url = canonical.canonicalize(record["url"], self._canonical)
         body = records.raw_body(records.body_bytes(record))
-        shard_record = {"url": record["url"], "host": host_of(url),
+        shard_record = {"url": record["url"], "host": canonical.host_of(url),
                         "fetched_at_s": _fetched_at_s(record, message), **_validators(record, body),
                         **page_features(record, body, self._pages)}
         return [Emit(self.state_topic, orjson.dumps(shard_record), canonical.fingerprint(url))]

@@ -47,14 +47,6 @@ STAGE: Final = "url-dedup"
 VERSION_KEY: Final = b"meta:canonicalization_version"
 
 
-def host_of(canonical_url: str) -> str:
-    """The host of a canonical URL (``scheme://[userinfo@]host[:port]/...``), without re-parsing it."""
-    authority = canonical_url.partition("://")[2].partition("/")[0].rpartition("@")[2]
-    if authority.startswith("["):
-        return authority[1: authority.index("]")]
-    return authority.partition(":")[0]
-
-
 def state_version(settings: UrlDedupSettings) -> bytes:
     """What the state records: the canonicalization version and the profile it was built with."""
     return f"{CANONICALIZATION_VERSION}:{settings.profile}".encode()
@@ -113,7 +105,8 @@ class UrlDedupStage:
                 return self._decide_at_routing(state, key, url, record)
             self._routing.note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
-        return [Emit(self.state_topic, self._new_url_record(record, url, key, host_of(url)), key, shard)]
+        value = self._new_url_record(record, url, key, canonical.host_of(url))
+        return [Emit(self.state_topic, value, key, shard)]
 
     def _decide_at_routing(self, state: BatchState, key: bytes, url: str,
                            record: dict[str, Any]) -> list[Emit]:
@@ -136,7 +129,7 @@ class UrlDedupStage:
             return []
         self._record_new(state, key, url)
         self._routing.note(key)
-        host = host_of(url)
+        host = canonical.host_of(url)
         return [Emit(self.topics.new_urls, self._new_url_record(record, url, key, host), host.encode())]
 
     @staticmethod
