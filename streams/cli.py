@@ -74,7 +74,7 @@ def _first_seen(args: argparse.Namespace) -> int:
     args.shards = len(metadata.partitions)  # the keyed input is the shard topic
     stage = FirstSeenStage(args.input, args.output)
     run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, _runtime_settings(args),
-              _topic_settings(args), idle_exit_s=args.idle_exit_s, observer=_metrics(args))
+              _topic_settings(args), idle_exit_s=args.idle_exit_s, observer=_metrics(args), drain=args.drain)
     return 0
 
 
@@ -101,15 +101,20 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     settings = _runtime_settings(args)
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
+    offline = getattr(args, "offline", False)
+    if not offline:  # the stage's topics are those of its state's current generation
+        from streams.runtime.generations import current_topics
+
+        topics = current_topics(kafka_config(args.config), topics, settings.app_id, spec.name)
     stage = spec.build(topics, settings, _stage_settings(spec, args))
-    if getattr(args, "offline", False):
+    if offline:
         with _offline_dir(args) as directory:
             store = shard_store(stage.needs(), directory / stage.name / "shard-0000", 1,
                                 settings.rocksdb_block_cache_mb)
             return _offline(stage, store, spec.outputs(topics)[0])
     io = StageTopics(inputs=spec.inputs(topics), outputs=spec.outputs(topics))
     run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              observer=_metrics(args))
+              observer=_metrics(args), generation=topics.generation(spec.name), drain=args.drain)
     return 0
 
 
@@ -158,6 +163,29 @@ def _url_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
+    from streams.runtime.reshard import ReshardPlan, reshard
+    from streams.runtime.runner import topic_size_config
+    from streams.topics import Topics
+
+    spec = next(each for each in stages if each.name == args.stage)
+    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
+    topic_settings = _topic_settings(args)
+    topics = Topics(topic_settings.prefix)
+    stage = spec.build(topics, settings, _stage_settings(spec, args))
+    plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
+                       topic_size_config(settings.max_record_bytes), topic_settings.replication_factor,
+                       args.wait_s, args.keep_old)
+    report = reshard(kafka_config(args.config), plan, stage.needs(),
+                     step=lambda name: print(f"reshard: {name}", flush=True))
+    print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "
+          f"generation {report.to_generation} ({report.to_shards} shards): {report.entries_read} entries "
+          f"read, {report.entries_written} written; stop checks {report.seconds['stop checks']:.1f} s, "
+          f"copy {report.seconds['copy']:.1f} s ({report.copy_s_per_million:.1f} s per million entries), "
+          f"total {report.seconds['total']:.1f} s. Start the workers with shards={report.to_shards}.")
+    return 0
+
+
 def _canonicalize(args: argparse.Namespace) -> int:
     from streams.urls.canonical import canonicalize_lines
 
@@ -188,10 +216,29 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
     command.add_argument("--batch-max-messages", type=int, default=None,
                          help="records per transaction at most (default 20000)")
     command.add_argument("--idle-exit-s", type=float, default=None,
-                         help="exit after this many seconds without input (default: run until stopped)")
+                         help="exit after this many seconds without input (default: run until stopped; "
+                              "with --drain, 10)")
+    command.add_argument("--drain", action="store_true",
+                         help="route each input partition only up to its end at assignment, decide "
+                              "what was routed, then exit once idle: the stop before a reshard")
     command.add_argument("--metrics-port", type=int, default=None,
                          help="Prometheus /metrics port (default: the stage's own, 9410-9413; "
                               "host 127.0.0.1 unless STREAMS_METRICS_HOST is set)")
+
+
+def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
+    command = commands.add_parser(
+        "reshard", help="move a stage's state to another shard count (its workers drained and stopped)")
+    command.add_argument("--stage", required=True, choices=[spec.name for spec in stages])
+    command.add_argument("--shards", type=int, required=True, help="the new shard count")
+    command.add_argument("--app-id", default=None)
+    command.add_argument("--topic-prefix", default=None)
+    command.add_argument("--wait-s", type=float, default=60.0,
+                         help="how long to wait for the stage's group to empty (default 60)")
+    command.add_argument("--keep-old", action="store_true",
+                         help="keep the old generation's shard topic and changelog (default: deleted)")
+    registry.add_url_options(command)
+    command.set_defaults(handler=partial(_reshard, stages))
 
 
 def add_stage_command(commands: Any, spec: StageSpec) -> None:
@@ -233,6 +280,8 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
     migrate.add_argument("--topic-prefix", default=None)
     registry.add_url_options(migrate)
     migrate.set_defaults(handler=_url_migrate)
+
+    _add_reshard_command(commands, stages)
 
     canonicalize = commands.add_parser(
         "canonicalize", help="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines")

@@ -8,7 +8,9 @@ dead letters (:class:`RecordRejected` carries the reason to the dead-letter writ
 
     StreamsError
     ├── ConfigError            a setting is missing, malformed or contradicts existing state
-    │   └── ShardCountMismatch   internal shard count differs from the topic or the local state
+    │   ├── ShardCountMismatch   internal shard count differs from the topic or the local state
+    │   ├── StaleGeneration      a worker built for a state generation that is not current
+    │   └── ReshardRefused       a reshard cannot start: workers running, records undecided
     ├── BrokerError            the local broker cannot be fetched, started or reached
     ├── BuildError             a compiled module was built from another version of its source
     ├── StateError             the local state store is unusable (ahead of its changelog, wrong format)
@@ -29,6 +31,15 @@ class ConfigError(StreamsError):
 
 class ShardCountMismatch(ConfigError):
     """The configured internal shard count differs from the existing topics or local state."""
+
+
+class StaleGeneration(ConfigError):
+    """A worker is built for a generation of its stage's state that is not the current one, or a
+    reshard is under way (:mod:`streams.runtime.generations`)."""
+
+
+class ReshardRefused(ConfigError):
+    """A reshard cannot start: the stage's workers still run, or records are still undecided."""
 
 
 class BrokerError(StreamsError):

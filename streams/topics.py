@@ -4,6 +4,12 @@ Input and output topics are shared with the crawler (fetchers produce the fronti
 pages, and consume new URLs and revisit updates); internal topics belong to one stage of one
 application (``app_id``) and are named after both, the way Kafka Streams names its repartition and
 changelog topics, so two deployments on one cluster never share state.
+
+A stage's state may be moved to another shard count (``python -m streams reshard``,
+:mod:`streams.runtime.reshard`): each move writes a new *generation* of its shard topic and
+changelog, named ``...<stage>.g<n>.shards`` (generation 0, the first, keeps the plain names), and
+records the current one in the stage's ``...<stage>.generations`` topic. ``generations`` says which
+generation of each stage a worker is built for; its group, and so its input offsets, never change.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ class Topics:
     """All topic names for one deployment; ``prefix`` namespaces the shared ones (tests use a fresh one)."""
 
     prefix: str = "crawl."
+    generations: tuple[tuple[str, int], ...] = ()  # (stage, generation) where it is not 0
 
     @property
     def frontier(self) -> str:
@@ -45,13 +52,30 @@ class Topics:
     def dead_letters(self) -> str:
         return f"{self.prefix}dead-letters"
 
-    def shards(self, app_id: str, stage: str) -> str:
-        """The stage's internal topic, re-keyed by its state key; partition i is state shard i."""
-        return f"{self.prefix}{app_id}.{stage}.shards"
+    def generation(self, stage: str) -> int:
+        """The generation of ``stage``'s state these names are for (0 unless resharded)."""
+        return dict(self.generations).get(stage, 0)
 
-    def changelog(self, app_id: str, stage: str) -> str:
+    def at_generation(self, stage: str, generation: int) -> Topics:
+        """These names, with ``stage``'s internal topics those of ``generation``."""
+        others = tuple((name, number) for name, number in self.generations if name != stage)
+        return Topics(self.prefix, others + (((stage, generation),) if generation else ()))
+
+    def _internal(self, app_id: str, stage: str, generation: int | None) -> str:
+        number = self.generation(stage) if generation is None else generation
+        return f"{self.prefix}{app_id}.{stage}" + (f".g{number}" if number else "")
+
+    def shards(self, app_id: str, stage: str, generation: int | None = None) -> str:
+        """The stage's internal topic, re-keyed by its state key; partition i is state shard i."""
+        return f"{self._internal(app_id, stage, generation)}.shards"
+
+    def changelog(self, app_id: str, stage: str, generation: int | None = None) -> str:
         """The compacted changelog of the stage's state; partition i backs state shard i."""
-        return f"{self.prefix}{app_id}.{stage}.changelog"
+        return f"{self._internal(app_id, stage, generation)}.changelog"
+
+    def generations_topic(self, app_id: str, stage: str) -> str:
+        """The compacted topic holding which generation of the stage's state is current."""
+        return f"{self.prefix}{app_id}.{stage}.generations"
 
     def group(self, app_id: str, stage: str) -> str:
         """The stage's consumer group (also the stem of its workers' transactional ids)."""

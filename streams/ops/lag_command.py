@@ -17,12 +17,14 @@ from confluent_kafka.admin import AdminClient
 from streams import config, registry
 from streams.cluster import kafka_config
 from streams.ops.lag import PartitionLag, group_lag, topic_partitions
+from streams.runtime.generations import current_topics
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 
 
 def stage_topics(topics: Topics, app_id: str, stage: str) -> list[str]:
-    """What a stage's group reads: its input topics (streams/registry.py), then its own shard topic."""
+    """What a stage's group reads: its input topics (streams/registry.py), then its own shard topic
+    (of the generation ``topics`` names, :func:`current_topics`)."""
     return [*registry.spec(stage).inputs(topics), topics.shards(app_id, stage)]
 
 
@@ -34,7 +36,8 @@ def measure(kafka: KafkaConfig, admin: AdminClient, topics: Topics, app_id: str,
             stages: list[str]) -> list[PartitionLag]:
     lags: list[PartitionLag] = []
     for stage in stages:
-        partitions = topic_partitions(admin, stage_topics(topics, app_id, stage))
+        current = current_topics(kafka, topics, app_id, stage)
+        partitions = topic_partitions(admin, stage_topics(current, app_id, stage))
         group = topics.group(app_id, stage)
         reader = Consumer(kafka.consumer(group))  # never subscribes, so it never joins the group
         try:

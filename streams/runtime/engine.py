@@ -40,6 +40,7 @@ from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.clients import CONFLUENT, KafkaClients
 from streams.runtime.counters import Counters, oldest_timestamp_ms
+from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
@@ -84,10 +85,14 @@ class Engine:
     def __init__(self, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings, group: str,
                  changelog_topic: str, dead_letter_topic: str,
                  store_factory: StoreFactory | None = None,
-                 output_limits: Mapping[str, int] | None = None, clients: KafkaClients = CONFLUENT) -> None:
+                 output_limits: Mapping[str, int] | None = None, clients: KafkaClients = CONFLUENT,
+                 drain: bool = False, assignment_check: Callable[[], None] | None = None) -> None:
         """``output_limits``: the largest key plus value each topic takes (from
         :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default.
-        ``clients``: where the Kafka clients come from (:mod:`streams.runtime.clients`)."""
+        ``clients``: where the Kafka clients come from (:mod:`streams.runtime.clients`).
+        ``drain``: route input only up to each partition's cut (:mod:`streams.runtime.drain`).
+        ``assignment_check``: called on every assignment before anything is read; it raises to stop
+        the worker (the state generation is no longer current, :mod:`streams.runtime.generations`)."""
         self.stage = stage
         self._clients = clients
         self.kafka = kafka
@@ -103,6 +108,7 @@ class Engine:
         self._routing = RoutingMemory(needs.routing_memory_keys) if needs.routing_memory_keys else None
         self._input_reader = RecordReader(kafka, clients=clients) if needs.input_reader else None
         self._reporter = needs.end_of_part
+        self._assignment_check = assignment_check
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
@@ -117,8 +123,9 @@ class Engine:
             # Static membership (KIP-345): a restarted worker takes its old place at once
             # instead of waiting for the killed member's session to expire.
             "group.instance.id": settings.worker_id,
-            "session.timeout.ms": 30_000,
+            "session.timeout.ms": DRAIN_SESSION_TIMEOUT_MS if drain else 30_000,
         }))
+        self._cut = Cut(self._consumer, stage.state_topic, settings.transaction_timeout_s) if drain else None
         self._outputs = Outputs(self.counters, stage.name, dead_letter_topic,
                                 settings.dead_letter_max_value_bytes, output_limits)
         self._producer = clients.producer(self.kafka.transactional_producer(
@@ -126,7 +133,7 @@ class Engine:
             max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._inputs = None if self._reporter is None else InputTracker(
-            self._consumer, stage.state_topic, settings.transaction_timeout_s)
+            self._consumer, stage.state_topic, settings.transaction_timeout_s, self._cut)
         self._inflow = None if needs.prepare is None else InputFlow(
             needs.prepare, needs.ready_for_input, self._consumer, stage.state_topic, self.counters)
         stage.bind(StageContext(stage.name, settings.shards, self._owned, dead_letter_topic,
@@ -232,6 +239,10 @@ class Engine:
     # -- rebalance ---------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._assignment_check is not None:
+            self._assignment_check()
+        if self._cut is not None:
+            self._cut.assigned(partitions)
         opened = {tp.partition: self._store_factory(tp.partition) for tp in partitions
                   if tp.topic == self.stage.state_topic and tp.partition not in self._stores}
         result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients)
@@ -258,6 +269,8 @@ class Engine:
             self._inputs.revoked(revoked)
         if self._inflow is not None:
             self._inflow.revoked(revoked)
+        if self._cut is not None:
+            self._cut.revoked(revoked)
         shards = [tp.partition for tp in partitions if tp.topic == self.stage.state_topic]
         self._identities.revoked(shards)
         if self._needs.revoked is not None:
@@ -314,7 +327,7 @@ class Engine:
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer: %s", error)
-        return batch
+        return batch if self._cut is None else self._cut.within(batch)
 
     def _run_batch(self, batch: list[Message]) -> None:
         """Steps 2 to 4 for a consumed batch: in one transaction, or in several when it runs long.

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from streams.runtime.drain import Cut
 from streams.runtime.stage import InputPositions
 
 Partition = tuple[str, int]
@@ -22,8 +23,12 @@ Partition = tuple[str, int]
 class InputTracker:
     """The input positions of one worker (assigned partitions only)."""
 
-    def __init__(self, consumer: Consumer, state_topic: str, timeout_s: float) -> None:
+    def __init__(self, consumer: Consumer, state_topic: str, timeout_s: float,
+                 cut: Cut | None = None) -> None:
+        """``cut``: a draining worker's (:mod:`streams.runtime.drain`): the log ends it reports are
+        its cut, never more, so that no page waits for input past it."""
         self._consumer = consumer
+        self._cut = cut
         self._state_topic = state_topic
         self._timeout_s = timeout_s
         self._routed: dict[Partition, int] = {}  # input partition -> next offset to route
@@ -40,8 +45,9 @@ class InputTracker:
             return
         for tp in self._consumer.committed(inputs, timeout=self._timeout_s):
             low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=False)
+            cut = None if self._cut is None else self._cut.end((tp.topic, tp.partition))
             self._routed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else low
-            self._ends[(tp.topic, tp.partition)] = high
+            self._ends[(tp.topic, tp.partition)] = high if cut is None else cut
         for topic in {tp.topic for tp in inputs}:
             found = self._consumer.list_topics(topic, timeout=self._timeout_s).topics[topic].partitions
             self._partitions[topic] = len(found)
@@ -61,7 +67,8 @@ class InputTracker:
                 routed[(topic, message.partition() or 0)] = (message.offset() or 0) + 1
         log_ends = {}
         for (topic, partition), offset in routed.items():
-            end = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
+            end = 0 if self._cut is not None else self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), cached=True)[1]
             log_ends[(topic, partition)] = max(end, offset, self._ends.get((topic, partition), 0))
         positions = InputPositions(routed, log_ends, dict(self._partitions))
         return None if positions == self._reported else positions

@@ -1,9 +1,12 @@
 """Start a stage against Kafka: create its topics, check the shard count, run the engine.
 
-The shard count is checked twice before any record is read, because state partitioned by shard
-cannot be reinterpreted under another count: against the existing shard and changelog topics
-(:func:`~streams.runtime.kafka_io.ensure_topics`) and against the ``SHARDS`` file kept beside the
-worker's local stores (a state directory restored from another deployment).
+The shard count is checked three times before any record is read, because state partitioned by
+shard cannot be reinterpreted under another count: against the current generation of the stage's
+state (:mod:`streams.runtime.generations`; after a reshard, again on every assignment), against the
+existing shard and changelog topics (:func:`~streams.runtime.kafka_io.ensure_topics`) and against
+the ``SHARDS`` file kept beside the worker's local stores (a state directory restored from another
+deployment). Local stores of an earlier generation (the ``GENERATION`` file) are a cache of state
+that moved: they are removed, and the worker rebuilds its shards from the current changelog.
 
 Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
 pass large records on (the page stage sends a page's body to ``unique-pages``, and to its shard
@@ -18,14 +21,17 @@ from __future__ import annotations
 
 import gc
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
-from streams.errors import ShardCountMismatch
+from streams.errors import ShardCountMismatch, StaleGeneration
+from streams.runtime.drain import DRAIN_IDLE_EXIT_S
 from streams.runtime.engine import Engine, EngineObserver, stage_dir
+from streams.runtime.generations import read_generation, require_current
 from streams.runtime.kafka_io import (
     COMPACTED,
     RECORD_OVERHEAD,
@@ -53,9 +59,11 @@ class StageTopics:
     outputs: list[str]
 
 
-def check_local_shards(directory: Path, shards: int) -> None:
-    """Record the shard count beside the stores on first start; refuse a different one later."""
+def check_local_shards(directory: Path, shards: int, generation: int = 0) -> None:
+    """Record the shard count and generation beside the stores on first start; refuse a different
+    count later, and replace the stores of an earlier generation."""
     private_dir(directory)
+    _check_local_generation(directory, generation)
     marker = directory / "SHARDS"
     if not marker.exists():
         marker.write_text(f"{shards}\n")
@@ -66,6 +74,37 @@ def check_local_shards(directory: Path, shards: int) -> None:
             f"local state in {directory} was built with shards={found}, not {shards}; start with "
             f"shards={found}, or delete that directory and use a new app_id to re-shard"
         )
+
+
+def _check_local_generation(directory: Path, generation: int) -> None:
+    marker = directory / "GENERATION"
+    found = int(marker.read_text().strip()) if marker.exists() else 0
+    if found > generation:
+        raise StaleGeneration(f"local state in {directory} is of generation {found}, but generation "
+                              f"{generation} is current: this worker is out of date, or the state was "
+                              "rolled back")
+    if found < generation:
+        for store in [*directory.glob("shard-*"), directory / "SHARDS"]:
+            if store.is_dir():
+                shutil.rmtree(store)
+            elif store.exists():
+                store.unlink()
+        log.warning("local state in %s was of generation %d, resharded since: rebuilding generation %d "
+                    "from its changelog", directory, found, generation)
+    marker.write_text(f"{generation}\n")
+
+
+def generation_check(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str,
+                     shards: int) -> Callable[[], None]:
+    """A check that the generation ``topics`` names for ``stage`` is current with ``shards``
+    shards; made once here, and by the engine on every assignment."""
+    generations_topic = topics.generations_topic(app_id, stage)
+
+    def check() -> None:
+        require_current(read_generation(kafka, generations_topic), stage, topics.generation(stage), shards)
+
+    check()
+    return check
 
 
 def topic_size_config(max_record_bytes: int) -> dict[str, str]:
@@ -91,15 +130,19 @@ def tune_garbage_collector() -> None:
 
 def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
-              observer: Callable[[Engine], EngineObserver] | None = None) -> Engine:
+              observer: Callable[[Engine], EngineObserver] | None = None, generation: int = 0,
+              drain: bool = False) -> Engine:
     """Create topics, check shards, run until stopped; return the engine (for its counters).
 
     ``observer`` builds the engine's watcher once the engine exists (the CLI passes the metrics
-    endpoint; the runtime itself knows nothing of Prometheus).
+    endpoint; the runtime itself knows nothing of Prometheus). ``generation``: of the stage's state,
+    the one the stage was built for (its internal topics' names). ``drain``: route the input up to
+    a cut, decide what was routed, and exit once idle (:mod:`streams.runtime.drain`).
     """
-    topics = Topics(topic_settings.prefix)
+    topics = Topics(topic_settings.prefix).at_generation(stage.name, generation)
     changelog = topics.changelog(settings.app_id, stage.name)
-    check_local_shards(stage_dir(settings, stage.name), settings.shards)
+    check = generation_check(kafka, topics, settings.app_id, stage.name, settings.shards)
+    check_local_shards(stage_dir(settings, stage.name), settings.shards, generation)
     sized = topic_size_config(settings.max_record_bytes)
     specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.inputs]
     specs += [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.outputs]
@@ -114,10 +157,13 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     # goes to the changelog: a shard record must fit both.
     limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
     group = topics.group(settings.app_id, stage.name)
-    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits)
+    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits,
+                    drain=drain, assignment_check=check)
     engine.install_signal_handlers()
     compiled = compiled_modules()
     log.info("hot path %s", f"compiled with mypyc ({len(compiled)} modules)" if compiled else "interpreted")
     tune_garbage_collector()
+    if drain and idle_exit_s is None:
+        idle_exit_s = DRAIN_IDLE_EXIT_S
     engine.run(idle_exit_s=idle_exit_s, observer=observer(engine) if observer is not None else None)
     return engine

@@ -29,6 +29,7 @@ from streams import records
 from streams.errors import StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.counters import Counters
+from streams.runtime.moves import StateMove
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.store import PartitionStore, RocksStore
 
@@ -102,6 +103,8 @@ class Needs:
     - ``open_store(path, shards, block_cache_mb)``: its shards are not plain RocksDB stores (the URL
       stage keeps a Bloom filter in front of its set, or a Bloom filter alone); every shard of it,
       offline too, is opened through this.
+    - ``state_move(shards)``: how its state moves to ``shards`` shards (:mod:`streams.runtime.moves`);
+      a stage without one cannot be resharded.
     """
 
     identity: StateIdentity | None = None
@@ -113,6 +116,7 @@ class Needs:
     end_of_part: Callable[[InputPositions | None, Mapping[int, BatchState]], list[Emit]] | None = None
     revoked: Callable[[Sequence[int]], None] | None = None
     open_store: Callable[[Path, int, int], PartitionStore] | None = None
+    state_move: Callable[[int], StateMove] | None = None
 
 
 class StageContext:

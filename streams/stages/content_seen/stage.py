@@ -50,6 +50,7 @@ import struct
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -68,6 +69,7 @@ from streams.runtime.stage import InputPositions, InputReader, Message, Needs, S
 from streams.stages.content_seen import buckets, gather
 from streams.stages.content_seen.buckets import Match, Page, Record
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.move import ContentSeenMove
 from streams.stages.content_seen.relay import MARK, PROGRESS, Relay, progress_of
 from streams.stages.content_seen.waiting import (
     PageCache,
@@ -170,12 +172,14 @@ class ContentSeenStage:
     def needs(self) -> Needs:
         """Shards read bucket by bucket, 10 random ones a page (PlainTable); pages analysed a batch
         ahead, as many as fit in memory; a unique page's body read back when this worker no longer
-        holds it; the input's progress relayed to the shards; the tables' design in every shard."""
+        holds it; the input's progress relayed to the shards; the tables' design in every shard;
+        resharded table by table (:mod:`streams.stages.content_seen.move`)."""
         return Needs(identity=StateIdentity({DESIGN_KEY: self._design_id, LAYOUT_KEY: buckets.LAYOUT},
                                             self._other_design),
                      input_reader=True, point_read_prefix_bytes=STATE_KEY_PREFIX_BYTES,
                      prepare=self.prepare, ready_for_input=self.ready_for_input,
-                     end_of_part=self.end_of_part, revoked=self.revoked)
+                     end_of_part=self.end_of_part, revoked=self.revoked,
+                     state_move=partial(ContentSeenMove, self._design))
 
     def bind(self, context: StageContext) -> None:
         """The shards this worker owns (a page whose gather shard is one of them waits here), and

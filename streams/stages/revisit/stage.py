@@ -37,6 +37,7 @@ from streams.runtime.batch import BatchState, Emit
 from streams.runtime.stage import Message, Needs, StageContext
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import decode_history, encode_history
+from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, RevisitMove
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.stages.revisit.signals import Fetch
@@ -45,8 +46,6 @@ from streams.urls import canonical
 from streams.urls.canonical import CanonicalSettings
 
 STAGE = "revisit"
-HISTORY_PREFIX = b"h"
-ALLOCATION_KEY = b"meta:allocation"
 MAX_VALIDATOR_CHARS = 1024      # longer ETag or Last-Modified values are not kept (nor sent back)
 MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may not fit the history's int64
 # RFC 3339 years have four digits: a fetch time near 9999 schedules its next fetch at the last instant.
@@ -127,9 +126,9 @@ class RevisitStage:
         self._canonical = CanonicalSettings(profile=self.settings.profile)
 
     def needs(self) -> Needs:
-        """Nothing beyond the two steps: the history format carries its own version (read by
-        decode_history), so there is no shard identity to check."""
-        return Needs()
+        """Nothing beyond the two steps but a way to reshard: the history format carries its own
+        version (read by decode_history), so there is no shard identity to check."""
+        return Needs(state_move=RevisitMove)
 
     def bind(self, context: StageContext) -> None:
         """The fetch budget is split across the shards (offline, one store holds it whole)."""

@@ -34,6 +34,7 @@ from streams import records
 from streams.errors import ConfigError, RecordRejected, StreamsError
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.moves import KeyedMove
 from streams.runtime.partitioner import partition_for
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Message, Needs, StageContext, StateIdentity
@@ -78,10 +79,11 @@ class UrlDedupStage:
 
     def needs(self) -> Needs:
         """The canonicalization the state was built with; a memory of routed fingerprints; seen-sets
-        behind Bloom filters."""
+        behind Bloom filters; resharded fingerprint by fingerprint (a Bloom-only set too: its
+        changelog keeps every fingerprint it stored, and the new shards' filters are built from them)."""
         return Needs(identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
                      routing_memory_keys=max(1, self.settings.route_cache_urls),
-                     open_store=partial(open_seen_set, self.settings))
+                     open_store=partial(open_seen_set, self.settings), state_move=KeyedMove)
 
     def bind(self, context: StageContext) -> None:
         self._owned, self._shard_count = context.owned, context.shards

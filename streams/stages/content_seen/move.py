@@ -1,0 +1,67 @@
+"""How the page stage's state moves to another shard count (``python -m streams reshard``).
+
+Its state is the block tables (:mod:`streams.stages.content_seen.buckets`) and the pages waiting
+at their gather shards (:mod:`streams.stages.content_seen.gather`).
+
+- A bucket (``t`` + table key) goes to the shard its table key routes to: the shard its probes go to.
+- A SimHash's record (``s`` + SimHash) is kept in every shard holding one of that SimHash's tables'
+  buckets (a probe grows the record of its page's SimHash in the shard it probes), so it goes to
+  every new shard one of the SimHash's table keys routes to: the shards its later probes will read
+  it in. Copies of one record in several old shards hold the same pages (every page probes all of
+  its SimHash's tables), so the first copy met is the one written.
+- Waiting pages cannot move: a page's horizon waits on progress reports from every shard of the
+  old count. Draining (``--drain``, :mod:`streams.runtime.drain`) decides every waiting page before
+  the workers exit, so a drained state has none; a state that still has some is refused. The
+  gather shards' progress views and queue bounds (``meta:gather``, ``meta:queue``, ``meta:routing``)
+  describe the old shards' progress and start afresh, as on a first start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from streams.errors import ReshardRefused, StateError
+from streams.pages.blocks import BlockDesign
+from streams.runtime.moves import Placed
+from streams.runtime.partitioner import partition_for
+from streams.stages.content_seen.buckets import SLOT_BYTES
+from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
+from streams.stages.content_seen.relay import ROUTING_KEY
+
+BUCKET, RECORD = b"t", b"s"
+WAITING = (b"p", b"w", b"a", b"q")  # a page's head, its replies, its queue entry
+STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY)
+
+
+class ContentSeenMove:
+    """A :class:`~streams.runtime.moves.StateMove` of the block tables of ``design``."""
+
+    def __init__(self, design: BlockDesign, shards: int) -> None:
+        self._design = design
+        self.shards = shards
+        self._written: set[tuple[int, bytes]] = set()  # (new shard, record key) written once
+
+    def place(self, key: bytes, value: bytes) -> Iterable[Placed]:
+        kind = key[:1]
+        if kind == BUCKET:
+            return ((partition_for(key[1:], self.shards), key, value),)
+        if kind == RECORD and len(key) == 1 + SLOT_BYTES:
+            return self._record(key, value)
+        if key in STARTS_AFRESH:
+            return ()
+        if kind in WAITING:
+            raise ReshardRefused("pages are still waiting for their verdict in the old shards: run the "
+                                 "stage's workers with --drain until they exit, then reshard")
+        raise StateError(f"content-seen state holds a key it does not know: {key[:40]!r}")
+
+    def _record(self, key: bytes, value: bytes) -> list[Placed]:
+        simhash = int.from_bytes(key[1:], "big")
+        placed = []
+        for shard in {partition_for(table_key, self.shards) for table_key in self._design.keys(simhash)}:
+            if (shard, key) not in self._written:
+                self._written.add((shard, key))
+                placed.append((shard, key, value))
+        return placed
+
+    def finish(self) -> Iterable[Placed]:
+        return ()
