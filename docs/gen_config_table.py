@@ -100,7 +100,8 @@ MEANINGS = {
         "created owner-only (0700); the image sets `/state`",
     ("runtime", "shards"):
         "partitions of each stage's internal shard topic and changelog, so at most this many "
-        "workers per stage; fixed for the life of the state (another value is refused)",
+        "workers per stage; fixed per generation of the state (another value is refused): "
+        "`python -m streams reshard` changes it (README, Scaling out)",
     ("runtime", "batch_max_messages"):
         "records consumed per batch, and so per Kafka transaction, at most: a commit waits for the "
         "broker, so fewer, larger transactions cost less (a batch of pages is bounded sooner by "

@@ -39,7 +39,8 @@ class RuntimeSettings:
 
     ``shards`` is the partition count of each stage's internal re-keyed topic and changelog: state
     is partitioned by the stage's own key, so input topics can gain partitions freely, but this
-    number is fixed for the life of the state (a different value is refused at start).
+    number is fixed for a generation of the state (a different value is refused at start); ``python
+    -m streams reshard`` moves the state to another count (:mod:`streams.runtime.reshard`).
 
     ``batch_max_messages`` bounds a transaction: its commit waits for the broker to take every
     record produced in it, and the worker does nothing meanwhile, so the commit's fixed cost is

@@ -116,8 +116,8 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
             if found != spec.partitions:
                 raise ShardCountMismatch(
                     f"topic {spec.name} has {found} partitions but shards={spec.partitions}; "
-                    f"state is partitioned by shard, so start with shards={found} or migrate "
-                    "(README, 'How a stage runs (exactly once)': shards is fixed for the life of the state)"
+                    f"state is partitioned by shard, so start with shards={found}, or move the state "
+                    f"to {spec.partitions} shards with 'python -m streams reshard' (README, 'Scaling out')"
                 )
     missing = [spec for spec in specs if spec.name not in existing]
     if not missing:

@@ -22,8 +22,8 @@ Placed = tuple[int, bytes, bytes]  # (new shard, state key, value)
 class StateMove(Protocol):
     """One reshard's view of a stage's state: every live entry of every old shard, then the end."""
 
-    def place(self, key: bytes, value: bytes) -> Iterable[Placed]:
-        """Where an entry of an old shard goes (nowhere, one shard, or several), written at once."""
+    def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
+        """Where an entry of old shard ``old_shard`` goes (nowhere, one shard, or several)."""
         ...
 
     def finish(self) -> Iterable[Placed]:
@@ -34,14 +34,14 @@ class StateMove(Protocol):
 class KeyedMove:
     """Entries whose state key is ``prefix_bytes`` of kind, then the key they are routed by."""
 
-    def __init__(self, shards: int, prefix_bytes: int = 0) -> None:
+    def __init__(self, old_shards: int, shards: int, prefix_bytes: int = 0) -> None:
         self.shards = shards
         self._prefix_bytes = prefix_bytes
 
     def shard_of(self, key: bytes) -> int:
         return partition_for(key[self._prefix_bytes:], self.shards)
 
-    def place(self, key: bytes, value: bytes) -> Iterable[Placed]:
+    def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         return ((self.shard_of(key), key, value),)
 
     def finish(self) -> Iterable[Placed]:

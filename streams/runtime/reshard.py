@@ -103,7 +103,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | No
     tell("copy")
     copied = time.monotonic()
     _create_topics(kafka, plan, new)
-    move = needs.state_move(plan.shards)
+    move = needs.state_move(current.shards, plan.shards)
     identity = needs.identity.entries if needs.identity is not None else {}
     try:
         report.entries_read, report.entries_written = _copy_state(
@@ -218,7 +218,7 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move
                                      f"expects {identity[key]!r}: reshard with the settings it was "
                                      "built with")
                 continue
-            producer.write(move.place(key, value))
+            producer.write(move.place(partition, key, value))
     producer.write(move.finish())
     producer.write((shard, key, value) for shard in range(shards) for key, value in identity.items())
     producer.close()
@@ -294,7 +294,8 @@ def _delete_topics(kafka: KafkaConfig, names: list[str]) -> None:
     existing = [name for name in names if topic_exists(kafka, name)]
     if not existing:
         return
-    for name, future in AdminClient(kafka.admin()).delete_topics(existing, operation_timeout=30).items():
+    admin = AdminClient(kafka.admin())  # held until every future is answered
+    for name, future in admin.delete_topics(existing, operation_timeout=30).items():
         try:
             future.result()
         except KafkaException as error:

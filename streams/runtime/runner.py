@@ -72,7 +72,8 @@ def check_local_shards(directory: Path, shards: int, generation: int = 0) -> Non
     if found != shards:
         raise ShardCountMismatch(
             f"local state in {directory} was built with shards={found}, not {shards}; start with "
-            f"shards={found}, or delete that directory and use a new app_id to re-shard"
+            f"shards={found}, or move the state to {shards} shards with 'python -m streams reshard' "
+            "(README, 'Scaling out')"
         )
 
 
@@ -83,12 +84,14 @@ def _check_local_generation(directory: Path, generation: int) -> None:
         raise StaleGeneration(f"local state in {directory} is of generation {found}, but generation "
                               f"{generation} is current: this worker is out of date, or the state was "
                               "rolled back")
+    stores = [*directory.glob("shard-*")]
     if found < generation:
-        for store in [*directory.glob("shard-*"), directory / "SHARDS"]:
+        for store in [*stores, directory / "SHARDS"]:
             if store.is_dir():
                 shutil.rmtree(store)
             elif store.exists():
                 store.unlink()
+    if found < generation and stores:
         log.warning("local state in %s was of generation %d, resharded since: rebuilding generation %d "
                     "from its changelog", directory, found, generation)
     marker.write_text(f"{generation}\n")

@@ -103,8 +103,8 @@ class Needs:
     - ``open_store(path, shards, block_cache_mb)``: its shards are not plain RocksDB stores (the URL
       stage keeps a Bloom filter in front of its set, or a Bloom filter alone); every shard of it,
       offline too, is opened through this.
-    - ``state_move(shards)``: how its state moves to ``shards`` shards (:mod:`streams.runtime.moves`);
-      a stage without one cannot be resharded.
+    - ``state_move(old_shards, shards)``: how its state moves from ``old_shards`` shards to
+      ``shards`` (:mod:`streams.runtime.moves`); a stage without one cannot be resharded.
     """
 
     identity: StateIdentity | None = None
@@ -116,7 +116,7 @@ class Needs:
     end_of_part: Callable[[InputPositions | None, Mapping[int, BatchState]], list[Emit]] | None = None
     revoked: Callable[[Sequence[int]], None] | None = None
     open_store: Callable[[Path, int, int], PartitionStore] | None = None
-    state_move: Callable[[int], StateMove] | None = None
+    state_move: Callable[[int, int], StateMove] | None = None
 
 
 class StageContext:

@@ -8,7 +8,7 @@ at their gather shards (:mod:`streams.stages.content_seen.gather`).
   buckets (a probe grows the record of its page's SimHash in the shard it probes), so it goes to
   every new shard one of the SimHash's table keys routes to: the shards its later probes will read
   it in. Copies of one record in several old shards hold the same pages (every page probes all of
-  its SimHash's tables), so the first copy met is the one written.
+  its SimHash's tables), so one is written: the copy in the lowest old shard that holds one.
 - Waiting pages cannot move: a page's horizon waits on progress reports from every shard of the
   old count. Draining (``--drain``, :mod:`streams.runtime.drain`) decides every waiting page before
   the workers exit, so a drained state has none; a state that still has some is refused. The
@@ -36,17 +36,17 @@ STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY)
 class ContentSeenMove:
     """A :class:`~streams.runtime.moves.StateMove` of the block tables of ``design``."""
 
-    def __init__(self, design: BlockDesign, shards: int) -> None:
+    def __init__(self, design: BlockDesign, old_shards: int, shards: int) -> None:
         self._design = design
+        self.old_shards = old_shards
         self.shards = shards
-        self._written: set[tuple[int, bytes]] = set()  # (new shard, record key) written once
 
-    def place(self, key: bytes, value: bytes) -> Iterable[Placed]:
+    def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         kind = key[:1]
         if kind == BUCKET:
             return ((partition_for(key[1:], self.shards), key, value),)
         if kind == RECORD and len(key) == 1 + SLOT_BYTES:
-            return self._record(key, value)
+            return self._record(old_shard, key, value)
         if key in STARTS_AFRESH:
             return ()
         if kind in WAITING:
@@ -54,14 +54,11 @@ class ContentSeenMove:
                                  "stage's workers with --drain until they exit, then reshard")
         raise StateError(f"content-seen state holds a key it does not know: {key[:40]!r}")
 
-    def _record(self, key: bytes, value: bytes) -> list[Placed]:
-        simhash = int.from_bytes(key[1:], "big")
-        placed = []
-        for shard in {partition_for(table_key, self.shards) for table_key in self._design.keys(simhash)}:
-            if (shard, key) not in self._written:
-                self._written.add((shard, key))
-                placed.append((shard, key, value))
-        return placed
+    def _record(self, old_shard: int, key: bytes, value: bytes) -> list[Placed]:
+        table_keys = self._design.keys(int.from_bytes(key[1:], "big"))
+        if old_shard != min(partition_for(table_key, self.old_shards) for table_key in table_keys):
+            return []  # another old shard's copy is the one written
+        return [(shard, key, value) for shard in sorted({partition_for(k, self.shards) for k in table_keys})]
 
     def finish(self) -> Iterable[Placed]:
         return ()

@@ -32,12 +32,12 @@ _RESOLVE_AT_ONCE = 1 << 30  # since_solve: re-solve mu at the new shard's first 
 class RevisitMove:
     """A :class:`~streams.runtime.moves.StateMove` of the revisit stage's histories and budgets."""
 
-    def __init__(self, shards: int) -> None:
-        self._histories = KeyedMove(shards, prefix_bytes=len(HISTORY_PREFIX))
+    def __init__(self, old_shards: int, shards: int) -> None:
+        self._histories = KeyedMove(old_shards, shards, prefix_bytes=len(HISTORY_PREFIX))
         self._old: list[BudgetState] = []
         self._new = [BudgetState() for _ in range(shards)]
 
-    def place(self, key: bytes, value: bytes) -> Iterable[Placed]:
+    def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         if key == ALLOCATION_KEY:
             self._old.append(BudgetState.decode(value))
             return ()
