@@ -86,7 +86,8 @@ STAGES = {
 }
 
 
-def write_state(kafka: KafkaConfig, changelog: str, entries: Iterator[Placed], identity: dict[bytes, bytes]) -> int:
+def write_state(kafka: KafkaConfig, changelog: str, entries: Iterator[Placed],
+                identity: dict[bytes, bytes]) -> int:
     from confluent_kafka import Producer
 
     ensure_topics(kafka, [TopicSpec(changelog, OLD_SHARDS, COMPACTED, fixed_partitions=True)])
@@ -113,12 +114,13 @@ def measure(kafka: KafkaConfig, stage_name: str, entries: int) -> dict[str, floa
     stage = make_stage(topics)
     needs: Needs = stage.needs()
     identity = dict(needs.identity.entries) if needs.identity is not None else {}
-    written = write_state(kafka, topics.changelog("bench", stage_name), make_entries(entries, random.Random(5)),
-                          identity)
+    written = write_state(kafka, topics.changelog("bench", stage_name),
+                          make_entries(entries, random.Random(5)), identity)
     began = time.perf_counter()
     report = reshard(kafka, ReshardPlan(topics, "bench", stage_name, NEW_SHARDS, wait_s=5), needs)
     seconds = time.perf_counter() - began
-    moved = sum(1 for _ in read_to_end(kafka, topics.at_generation(stage_name, 1).changelog("bench", stage_name)))
+    new_changelog = topics.at_generation(stage_name, 1).changelog("bench", stage_name)
+    moved = sum(1 for _ in read_to_end(kafka, new_changelog))
     assert report.entries_read == written, (report.entries_read, written)
     assert moved == report.entries_written > 0
     return {"stage": stage_name, "entries": report.entries_read, "written": report.entries_written,
