@@ -1,0 +1,22 @@
+"""Follows every link and yields one item per page it parses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import scrapy
+from scrapy.http import Response
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+
+    async def start(self) -> Any:
+        for url in self.settings.getlist("SITE_START_URLS") or ["http://site0.test/p/0.html"]:
+            yield scrapy.Request(url)
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        yield {"url": response.url, "title": response.css("title::text").get()}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)

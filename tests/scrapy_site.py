@@ -1,0 +1,155 @@
+"""A real site to crawl, locally: linked pages on 127.0.0.1 under several host names, with planted copies.
+
+One threaded HTTP server answers for every host: Scrapy reaches it as its HTTP proxy (the
+``http_proxy`` environment variable, which Scrapy's HttpProxyMiddleware reads), so a request for
+``http://mirror.test/p/3.html`` arrives with that host and the server answers as that host; no name
+needs to resolve. Its access log is the ground truth of what was fetched.
+
+The site (:func:`build`), from ``seed``:
+- ``site<n mod 4>.test/p/<n>.html``: ``pages`` articles, each with its own paragraphs of text; every page
+  links to a few others, each link in another spelling of the same URL (relative, dot segments,
+  upper-case host, default port, fragment, ``index`` paths) so the crawler meets every page under
+  several names;
+- ``mirror.test/p/<n>.html``: an exact copy of some articles (another host, same main text);
+- ``site<n mod 4>.test/amp/<n>.html``: a near copy of some articles (a few words changed);
+- ``version``: articles with ``n`` in ``changing`` serve other text after
+  :meth:`SiteServer.next_version` (pages that change between two crawls).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+WORDS = ("river", "stone", "window", "market", "garden", "letter", "winter", "harbor", "signal",
+         "engine", "paper", "forest", "bridge", "candle", "valley", "mirror", "station", "orchard",
+         "lantern", "meadow", "archive", "compass", "thunder", "velvet", "ribbon", "cobalt",
+         "saddle", "marble", "falcon", "quiet", "amber", "copper", "willow", "summit", "canyon",
+         "pillar", "beacon")
+
+
+@dataclass
+class Site:
+    pages: dict[tuple[str, str], str]  # (host, path) -> HTML
+    clusters: list[set[str]]  # URLs of one text (original with its mirror or near copy)
+    changing: set[int] = field(default_factory=set)
+    version: int = 0
+
+
+def _paragraphs(rng: random.Random, count: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 70))) + "." for _ in range(count)]
+
+
+HOSTS = 4
+
+
+def host_of(number: int) -> str:
+    """The host of article ``number``: the site spreads over several (several Scrapy processes)."""
+    return f"site{number % HOSTS}.test"
+
+
+def url_of(number: int) -> str:
+    return f"http://{host_of(number)}/p/{number}.html"
+
+
+def _spelling(rng: random.Random, number: int, here: int) -> str:
+    """One of the ways page ``here`` links to article ``number`` (relative forms only on its host)."""
+    host = host_of(number)
+    absolute = [f"http://{host.upper()}/p/{number}.html", f"http://{host}:80/p/{number}.html",
+                f"http://{host}/x/../p/{number}.html", f"http://{host}/p/./{number}.html#top"]
+    relative = [f"/p/{number}.html", f"../p/{number}.html", f"/p/{number}.html#section-2"]
+    return rng.choice(absolute + (relative if host == host_of(here) else []))
+
+
+def _html(title: str, paragraphs: list[str], links: list[str]) -> str:
+    body = "".join(f"<p>{text}</p>" for text in paragraphs)
+    anchors = "".join(f'<li><a href="{href}">link</a></li>' for href in links)
+    return (f"<html><head><title>{title}</title></head><body><nav><ul>{anchors}</ul></nav>"
+            f"<article><h1>{title}</h1>{body}</article></body></html>")
+
+
+def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, changing: int = 20) -> Site:
+    rng = random.Random(seed)
+    texts = {number: _paragraphs(rng, 6) for number in range(pages)}
+    site = Site({}, [], set(rng.sample(range(1, pages), changing)))
+    mirrored = rng.sample(range(1, pages), mirrors)
+    nears = rng.sample([n for n in range(1, pages) if n not in mirrored], near)
+    for number in range(pages):
+        links = [_spelling(rng, rng.randrange(pages), number) for _ in range(4)]
+        links.append(_spelling(rng, (number + 1) % pages, number))
+        if number in mirrored:
+            links.append(f"http://mirror.test/p/{number}.html")
+        if number in nears:
+            links.append(f"http://{host_of(number)}/amp/{number}.html")
+        site.pages[(host_of(number), f"/p/{number}.html")] = _html(f"Article {number}", texts[number], links)
+    for number in mirrored:
+        site.pages[("mirror.test", f"/p/{number}.html")] = _html(f"Article {number}", texts[number], [])
+        site.clusters.append({url_of(number), f"http://mirror.test/p/{number}.html"})
+    for number in nears:
+        edited = list(texts[number])
+        edited[0] = edited[0].replace(" ", " and ", 1)
+        site.pages[(host_of(number), f"/amp/{number}.html")] = _html(f"Article {number}", edited, [])
+        site.clusters.append({url_of(number), f"http://{host_of(number)}/amp/{number}.html"})
+    return site
+
+
+class SiteServer:
+    """Serves a :class:`Site` on 127.0.0.1 as an HTTP proxy; ``log`` holds every request's URL."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.log: list[str] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                server.answer(self)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def proxy(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> SiteServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answer(self, handler: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(handler.path)
+        host = (parts.hostname or handler.headers.get("Host", "")).lower()
+        path = parts.path or "/"
+        with self._lock:
+            self.log.append(f"http://{host}{path}")
+        html = self.site.pages.get((host, path))
+        if html is not None and self.site.version and path.startswith("/p/") and host.startswith("site"):
+            number = int(path[3:].split(".")[0])
+            if number in self.site.changing:
+                edition = f"<article><p>{' '.join(WORDS)} edition {self.site.version}.</p>"
+                html = html.replace("<article>", edition)
+        status, body = (200, html.encode()) if html is not None else (404, b"not found")
+        handler.send_response(status)
+        handler.send_header("Content-Type", "text/html; charset=utf-8")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def next_version(self) -> None:
+        self.site.version += 1
+
+    def fetches(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.log)

@@ -1,0 +1,64 @@
+"""The Scrapy scheduler's offset bookkeeping: what a restarted or rebalanced process fetches again."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("scrapy")
+
+from streams.integrations.scrapy import Offsets  # noqa: E402 - only with the scrapy extra
+
+
+def _commit(offsets: Offsets) -> tuple[int, str]:
+    [tp] = offsets.commits("new-urls")
+    return tp.offset, tp.metadata
+
+
+def test_the_commit_is_the_lowest_offset_in_flight_with_the_done_ones_past_it() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, -1001, None)  # nothing committed yet
+    assert all(offsets.take(0, offset) for offset in range(10, 15))
+    for offset in (10, 12, 14):
+        offsets.finish(0, offset)
+    assert _commit(offsets) == (11, "1,3")  # 11 and 13 in flight; 12 and 14 done
+    offsets.finish(0, 11)
+    offsets.finish(0, 13)
+    assert _commit(offsets) == (15, "")
+
+
+def test_a_restarted_process_skips_what_the_metadata_says_was_done() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, 11, "1,3")
+    assert [offsets.take(0, offset) for offset in range(11, 16)] == [True, False, True, False, True]
+
+
+def test_a_revoked_partition_hands_back_what_was_not_downloading() -> None:
+    """Queued requests go back to the group; requests downloading are finished here, committed done."""
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    for offset in range(5):
+        offsets.take(0, offset)
+    offsets.finish(0, 0)
+    offsets.release(0, {3, 4})  # 1 and 2 are downloading
+    assert _commit(offsets) == (3, "")
+    other = Offsets()
+    other.assigned(0, 3, "")
+    assert [other.take(0, offset) for offset in (3, 4)] == [True, True]
+
+
+@given(st.sets(st.integers(0, 60)))
+def test_after_a_restart_only_what_was_in_flight_is_fetched_again(finished: set[int]) -> None:
+    """Whatever finished, a new process given the commit fetches exactly the offsets not finished."""
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    for offset in range(61):
+        offsets.take(0, offset)
+    for offset in finished:
+        offsets.finish(0, offset)
+    low, metadata = _commit(offsets)
+    again = Offsets()
+    again.assigned(0, low, metadata)
+    fetched = {offset for offset in range(low, 61) if again.take(0, offset)}
+    assert fetched == set(range(61)) - finished
