@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,9 +101,11 @@ def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, ch
 class SiteServer:
     """Serves a :class:`Site` on 127.0.0.1 as an HTTP proxy; ``log`` holds every request's URL."""
 
-    def __init__(self, site: Site) -> None:
+    def __init__(self, site: Site, delay_s: float = 0.0) -> None:
         self.site = site
+        self.delay_s = delay_s  # per response: a crawl long enough to be killed half-way
         self.log: list[str] = []
+        self.crawlers: list[str] = []  # the X-Crawler header of each request, beside ``log``
         self._lock = threading.Lock()
         server = self
 
@@ -134,6 +137,8 @@ class SiteServer:
         path = parts.path or "/"
         with self._lock:
             self.log.append(f"http://{host}{path}")
+            self.crawlers.append(handler.headers.get("X-Crawler", ""))
+        time.sleep(self.delay_s)
         html = self.site.pages.get((host, path))
         if html is not None and self.site.version and path.startswith("/p/") and host.startswith("site"):
             number = int(path[3:].split(".")[0])

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-pytest.importorskip("scrapy")
-
-from streams.integrations.scrapy import Offsets  # noqa: E402 - only with the scrapy extra
+from streams.integrations.offsets import Offsets
 
 
 def _commit(offsets: Offsets) -> tuple[int, str]:

@@ -1,0 +1,1 @@
+"""Adapters that put existing crawlers on the stages\x27 topics (``streams.integrations.scrapy``)."""

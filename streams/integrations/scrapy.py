@@ -4,7 +4,7 @@ Two settings switch a Scrapy project over, as scrapy-redis's ``SCHEDULER`` and `
 do::
 
     SCHEDULER = "streams.integrations.scrapy.Scheduler"
-    DOWNLOADER_MIDDLEWARES = {"streams.integrations.scrapy.FetchedPages": 950}
+    SPIDER_MIDDLEWARES = {"streams.integrations.scrapy.FetchedPages": 30}
 
 - :class:`Scheduler`: ``enqueue_request`` writes a ``frontier_url`` record (the URL, ``source_url``
   from the Referer, ``depth``, and the request's callback, priority and JSON-safe meta under
@@ -15,21 +15,26 @@ do::
   not URL-deduplicated: they are scheduled locally, as are re-fetches the crawl asks for itself.
 - :class:`FetchedPages` writes every response to ``fetched-pages`` (status, headers, body,
   ``fetched_at``) for the page and revisit stages; with ``CRAWL_DEDUP_SKIP_DUPLICATES`` it waits up
-  to ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` for the page stage's verdict and drops a duplicate before the
-  spider parses it.
+  to ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` for the page stage's verdict and never runs a duplicate's
+  callback: no items, no links from it.
 
-Restarts (:class:`Offsets`): a new URL's offset counts as done once its response is written (or its
-fetch failed). A partition's committed offset is its lowest offset still in flight, and the offsets
+Restarts (:class:`Offsets`): a new URL's offset counts as done once its response is written and the
+requests its callback yielded are written to the frontier (or once its fetch failed: the request's
+errback is wrapped). A partition's committed offset is its lowest offset still in flight, and the offsets
 done past it travel in the commit's metadata, so a restarted process skips them: it fetches again
 only what was in flight when the last one stopped.
 
 Settings (Scrapy's own style; defaults in brackets): ``CRAWL_DEDUP_BOOTSTRAP_SERVERS``
 [``KAFKA_BOOTSTRAP_SERVERS``, else 127.0.0.1:19092], ``CRAWL_DEDUP_KAFKA`` (librdkafka settings
 passed through: SASL, TLS) [{}], ``CRAWL_DEDUP_TOPIC_PREFIX`` [crawl.], ``CRAWL_DEDUP_GROUP``
-[scrapy.<spider name>], ``CRAWL_DEDUP_SKIP_DUPLICATES`` [False], ``CRAWL_DEDUP_VERDICT_TIMEOUT_S``
-[30], ``CRAWL_DEDUP_IDLE_CLOSE_S`` (close the spider after this long with nothing to fetch; 0: run
-until stopped) [0], ``CRAWL_DEDUP_BUFFER`` (new URLs taken ahead of the downloader)
-[2 x CONCURRENT_REQUESTS].
+[scrapy.<spider name>], ``CRAWL_DEDUP_APP_ID`` (the stages' ``app_id``) [crawl-dedup],
+``CRAWL_DEDUP_SKIP_DUPLICATES`` [False], ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` [30],
+``CRAWL_DEDUP_IDLE_CLOSE_S`` (close the spider once it had nothing to fetch this long and the whole
+crawl is drained: nothing undecided in the frontier or the URL stage, no new URL left or in flight
+in any process; 0: run until stopped) [0], ``CRAWL_DEDUP_BUFFER`` (new URLs taken ahead of the downloader)
+[2 x CONCURRENT_REQUESTS], ``CRAWL_DEDUP_PROCESS_ID`` (a stable id per process: static group
+membership, so a restarted process takes its partitions back at once instead of after the dead
+one's session times out) [none].
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import asyncio
 import base64
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -46,17 +52,19 @@ import orjson
 from confluent_kafka import OFFSET_END, Consumer, Message, Producer, TopicPartition
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
-from scrapy.exceptions import DontCloseSpider, IgnoreRequest
+from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 from scrapy.utils.request import request_from_dict
 from twisted.internet import task
+from twisted.python.failure import Failure
 
 from streams import config
-from streams.runtime.kafka_io import KafkaConfig
+from streams.integrations.offsets import Offsets
+from streams.runtime.generations import current_topics
+from streams.runtime.kafka_io import KafkaConfig, pending_records
 from streams.topics import Topics
 
 POLL_S = 0.1
-METADATA_BYTES = 3800  # offset.metadata.max.bytes is 4,096 by default
 _META = "crawl_dedup"  # (partition, offset) of a request taken from new-urls
 _LOCAL = "crawl_dedup_local"  # scheduled here, not through the URL stage
 _JSON_SAFE = (str, int, float, bool, type(None))
@@ -71,6 +79,8 @@ class CrawlSettings:
     verdict_timeout_s: float
     idle_close_s: float
     buffer: int
+    process_id: str | None
+    app_id: str  # the stages' application id: where the URL stage's group and shard topic are
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, spider_name: str) -> CrawlSettings:
@@ -83,61 +93,9 @@ class CrawlSettings:
                    get.getbool("CRAWL_DEDUP_SKIP_DUPLICATES"),
                    get.getfloat("CRAWL_DEDUP_VERDICT_TIMEOUT_S", 30.0),
                    get.getfloat("CRAWL_DEDUP_IDLE_CLOSE_S", 0.0),
-                   get.getint("CRAWL_DEDUP_BUFFER") or 2 * get.getint("CONCURRENT_REQUESTS", 16))
-
-
-class Offsets:
-    """Which new-urls offsets are taken, in flight and done, per partition; what to commit."""
-
-    def __init__(self) -> None:
-        self.next: dict[int, int] = {}  # partition -> next offset not yet seen
-        self.in_flight: dict[int, set[int]] = {}
-        self.done: dict[int, set[int]] = {}  # done past the lowest one in flight
-
-    def assigned(self, partition: int, committed: int, metadata: str | None) -> None:
-        self.next[partition] = max(committed, 0)
-        self.in_flight[partition] = set()
-        self.done[partition] = {committed + int(delta) for delta in (metadata or "").split(",") if delta}
-
-    def revoked(self, partition: int) -> None:
-        for table in (self.next, self.in_flight, self.done):
-            table.pop(partition, None)
-
-    def release(self, partition: int, dropped: set[int]) -> None:
-        """The partition goes to another process: the offsets ``dropped`` here are for it to fetch;
-        the rest in flight this process fetches still, so they count as done (the other skips them)."""
-        in_flight = self.in_flight.get(partition, set())
-        self.done.setdefault(partition, set()).update(in_flight - dropped)
-        self.in_flight[partition] = in_flight & dropped
-
-    def take(self, partition: int, offset: int) -> bool:
-        """Whether to fetch this record: False for one done before a restart."""
-        self.next[partition] = offset + 1
-        if offset in self.done.get(partition, ()):
-            return False
-        self.in_flight.setdefault(partition, set()).add(offset)
-        return True
-
-    def finish(self, partition: int, offset: int) -> None:
-        if partition in self.in_flight and offset in self.in_flight[partition]:
-            self.in_flight[partition].discard(offset)
-            self.done[partition].add(offset)
-
-    @property
-    def count_in_flight(self) -> int:
-        return sum(len(offsets) for offsets in self.in_flight.values())
-
-    def commits(self, topic: str) -> list[TopicPartition]:
-        """Each partition's lowest offset in flight (or next), the offsets done past it as metadata."""
-        out = []
-        for partition, upto in self.next.items():
-            low = min(self.in_flight[partition], default=upto)
-            self.done[partition] = {offset for offset in self.done[partition] if offset >= low}
-            deltas = [str(offset - low) for offset in sorted(self.done[partition])]
-            while sum(map(len, deltas)) + len(deltas) > METADATA_BYTES:  # the broker's limit: 4,096
-                deltas.pop()  # those beyond are fetched again after a restart
-            out.append(TopicPartition(topic, partition, low, metadata=",".join(deltas)))
-        return out
+                   get.getint("CRAWL_DEDUP_BUFFER") or 2 * get.getint("CONCURRENT_REQUESTS", 16),
+                   get.get("CRAWL_DEDUP_PROCESS_ID") or None,
+                   get.get("CRAWL_DEDUP_APP_ID") or config.RuntimeSettings().app_id)
 
 
 def _json_safe(value: Any) -> Any:
@@ -164,7 +122,10 @@ class Hub:
         self.queue: deque[Request] = deque()
         self.verdicts: dict[str, dict[str, Any]] = {}
         self.last_new_s = time.monotonic()
-        self.intake = Consumer(kafka.consumer(self.settings.group, **{"max.poll.interval.ms": 3_600_000}))
+        membership = {} if self.settings.process_id is None else {
+            "group.instance.id": self.settings.process_id, "session.timeout.ms": 30_000}
+        self.intake = Consumer(kafka.consumer(self.settings.group, **{"max.poll.interval.ms": 3_600_000,
+                                                                      **membership}))
         self.intake.subscribe([topics.new_urls], on_assign=self._assigned, on_revoke=self._revoked,
                               on_lost=self._revoked)
         self.verdict_reader: Consumer | None = None
@@ -175,6 +136,7 @@ class Hub:
             self.verdict_reader.assign([TopicPartition(topics.page_verdicts, partition, OFFSET_END)
                                         for partition in range(count)])
         self._paused = False
+        self._finishing: list[tuple[int, int]] = []
         self._commit_due_s = 0.0
         self._loop = task.LoopingCall(self.poll)
         self._loop.start(POLL_S, now=False)
@@ -219,8 +181,13 @@ class Hub:
                 if message.error() is None:
                     verdict = orjson.loads(message.value() or b"{}")
                     self.verdicts[verdict.get("url", "")] = verdict
-        if time.monotonic() > self._commit_due_s:
+        if self._finishing or time.monotonic() > self._commit_due_s:
             self._commit()
+
+    def _settle(self) -> None:
+        for partition, offset in self._finishing:
+            self.offsets.finish(partition, offset)
+        self._finishing = []
 
     def _take(self, message: Message) -> None:
         if message.error() is not None:  # partition ends; librdkafka retries the rest itself
@@ -232,11 +199,24 @@ class Hub:
         wanted = record.get("scrapy") or {}
         request = request_from_dict({**wanted, "url": record["canonical"]}, spider=self.spider)
         request.meta[_META] = (partition, offset)
+        request.errback = self._failing(request, request.errback)
         self.last_new_s = time.monotonic()
         assert self.crawler.engine is not None
         self.crawler.engine.crawl(request)
 
+    def _failing(self, request: Request, errback: Any) -> Any:
+        """The request's errback, marking it done first (a failed fetch is not tried again)."""
+
+        def failed(failure: Failure) -> Any:
+            self.finished(request)
+            if errback is None:
+                failure.raiseException()  # unhandled, so Scrapy logs the download error as usual
+            return errback(failure)
+
+        return failed
+
     def _commit(self) -> None:
+        self._settle()
         self._commit_due_s = time.monotonic() + 1.0
         commits = self.offsets.commits(self.settings.topics.new_urls)
         if commits:
@@ -265,9 +245,27 @@ class Hub:
         self.producer.poll(0)
 
     def finished(self, request: Request) -> None:
+        """Done with ``request``: counted at the next poll, after what its callback yielded was
+        scheduled (the scraper schedules a callback's requests in tasks of its own)."""
         taken = request.meta.get(_META)
         if taken is not None:
-            self.offsets.finish(*taken)
+            self._finishing.append(taken)
+
+    def crawl_drained(self) -> bool:
+        """Whether nothing is left anywhere in the crawl: no frontier record the URL stage has not
+        decided, none in its shard topic, and every new URL done (requests in flight in any process
+        leave their partitions uncommitted). Read in the order records travel, so a record moving
+        on during the check is met further on."""
+        kafka, topics, app_id = self.settings.kafka, self.settings.topics, self.settings.app_id
+        url_stage = topics.group(app_id, "url-dedup")
+        shards = current_topics(kafka, topics, app_id, "url-dedup").shards(app_id, "url-dedup")
+        for group, topic in ((url_stage, topics.frontier), (url_stage, shards),
+                             (self.settings.group, topics.new_urls)):
+            found = self.intake.list_topics(topic, timeout=30).topics.get(topic)
+            count = len(found.partitions) if found is not None else 0
+            if count and pending_records(kafka, group, topic, count, at_most=1):
+                return False
+        return True
 
     async def verdict(self, url: str) -> dict[str, Any] | None:
         deadline = time.monotonic() + self.settings.verdict_timeout_s
@@ -303,6 +301,7 @@ class Scheduler:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.hub: Hub | None = None
+        self._drained_checks = 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -318,10 +317,15 @@ class Scheduler:
             self.hub.close()
 
     def _idle(self, spider: Spider) -> None:
-        """Other processes and the stage may still send URLs: stay open unless idle long enough."""
+        """Other processes and the stage may still send URLs: stay open unless idle long enough and
+        the whole crawl found drained twice, a heartbeat (5 s) apart."""
         assert self.hub is not None
         idle_close_s = self.hub.settings.idle_close_s
         if not idle_close_s or time.monotonic() - self.hub.last_new_s < idle_close_s:
+            raise DontCloseSpider
+        drained = self.hub.crawl_drained()
+        self._drained_checks = self._drained_checks + 1 if drained else 0
+        if self._drained_checks < 2:
             raise DontCloseSpider
 
     def has_pending_requests(self) -> bool:
@@ -340,7 +344,9 @@ class Scheduler:
 
 
 class FetchedPages:
-    """Downloader middleware: every response to fetched-pages; duplicates dropped when asked."""
+    """Spider middleware (before HttpErrorMiddleware, so that error statuses are written too): every
+    response to fetched-pages; a duplicate's callback never run when asked; its URL done once the
+    spider's output for it is scheduled."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -349,17 +355,25 @@ class FetchedPages:
     def from_crawler(cls, crawler: Crawler) -> FetchedPages:
         return cls(crawler)
 
-    async def process_response(self, request: Request, response: Response) -> Response:
+    def process_spider_input(self, response: Response) -> None:
+        hub_of(self.crawler).fetched(response.request, response)  # type: ignore[arg-type]
+
+    async def process_spider_output(self, response: Response,
+                                    result: AsyncIterator[Any]) -> AsyncIterator[Any]:
         hub = hub_of(self.crawler)
-        hub.fetched(request, response)
-        verdict = await hub.verdict(request.url) if hub.settings.skip_duplicates else None
-        hub.finished(request)
-        if verdict is not None and verdict.get("verdict") == "duplicate":
-            assert self.crawler.stats is not None
-            self.crawler.stats.inc_value("crawl_dedup/duplicate_pages_skipped")
-            raise IgnoreRequest(f"duplicate of {verdict.get('duplicate_of')}")
-        return response
+        request = response.request
+        assert request is not None
+        try:
+            verdict = await hub.verdict(request.url) if hub.settings.skip_duplicates else None
+            if verdict is not None and verdict.get("verdict") == "duplicate":
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("crawl_dedup/duplicate_pages_skipped")
+                return
+            async for output in result:
+                yield output
+        finally:
+            hub.finished(request)
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        hub_of(self.crawler).finished(request)
-
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        if response.request is not None:
+            hub_of(self.crawler).finished(response.request)

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import ConfigResource  # re-exported by confluent_kafka.admin, undeclared
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
-from streams.errors import BrokerError, ConfigError, ShardCountMismatch
+from streams.errors import BrokerError, ConfigError, RuntimeFailure, ShardCountMismatch
 from streams.runtime.clients import CONFLUENT, KafkaClients
 
 log = logging.getLogger(__name__)
@@ -251,6 +251,50 @@ def read_to_end(kafka: KafkaConfig, topic: str, idle_s: float = 0.0) -> Iterator
                     raise KafkaException(error)
     finally:
         consumer.close()
+
+
+def read_from(kafka: KafkaConfig, positions: list[TopicPartition],
+              timeout_s: float = 600.0) -> Iterator[Message]:
+    """Every committed record from ``positions`` (-2: the beginning) to each partition's end."""
+    if not positions:
+        return
+    consumer = Consumer(kafka.consumer(f"reader-{uuid.uuid4().hex[:10]}", **{
+        "enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.assign(positions)
+        open_partitions = {tp.partition for tp in positions}
+        while open_partitions:
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"could not read {positions[0].topic} to its end in {timeout_s:.0f} s")
+            for message in consumer.consume(10_000, timeout=0.5):
+                error = message.error()
+                if error is None:
+                    yield message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    open_partitions.discard(message.partition())
+                elif error.fatal():
+                    raise RuntimeFailure(f"reading {message.topic()}: {error}")
+    finally:
+        consumer.close()
+
+
+def pending_records(kafka: KafkaConfig, group: str, topic: str, partitions: int,
+                    at_most: int | None = None) -> int:
+    """How many committed records of ``topic`` lie past ``group``'s committed offsets (read, not
+    computed: past a transactional partition's last record come commit markers), up to ``at_most``."""
+    reader = Consumer(kafka.consumer(group))  # reads the group's offsets; never joins it
+    try:
+        committed = reader.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        reader.close()
+    count = 0
+    positions = [TopicPartition(tp.topic, tp.partition, max(tp.offset, -2)) for tp in committed]
+    for _ in read_from(kafka, positions):
+        count += 1
+        if at_most is not None and count >= at_most:
+            break
+    return count
 
 
 class RecordReader:

@@ -31,15 +31,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.errors import ReshardRefused, RuntimeFailure, StateError
 from streams.runtime.generations import Generation, read_generation, topic_exists, write_generation
-from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
+from streams.runtime.kafka_io import (
+    COMPACTED,
+    KafkaConfig,
+    TopicSpec,
+    ensure_topics,
+    pending_records,
+    read_from,
+)
 from streams.runtime.moves import Placed, StateMove
 from streams.runtime.stage import Needs
 from streams.topics import Topics
@@ -174,13 +181,7 @@ def _check_drained(kafka: KafkaConfig, group: str, shard_topic: str) -> None:
     count = _partition_count(kafka, shard_topic)
     if count is None:
         return
-    reader = Consumer(kafka.consumer(group))  # reads the group's offsets; never joins it
-    try:
-        committed = reader.committed([TopicPartition(shard_topic, p) for p in range(count)], timeout=30)
-    finally:
-        reader.close()
-    undecided = sum(1 for _ in _read(kafka, [TopicPartition(tp.topic, tp.partition, max(tp.offset, -2))
-                                             for tp in committed]))
+    undecided = pending_records(kafka, group, shard_topic, count)
     if undecided:
         raise ReshardRefused(f"{undecided} records of {shard_topic} are not decided yet: run the stage's "
                              "workers with --drain until they exit, then reshard")
@@ -204,7 +205,7 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move
     read = 0
     for partition in range(count):
         live: dict[bytes, bytes | None] = {}
-        for message in _read(kafka, [TopicPartition(old_changelog, partition, -2)]):
+        for message in read_from(kafka, [TopicPartition(old_changelog, partition, -2)]):
             key = message.key()
             if key is not None:
                 live[key] = message.value()
@@ -257,31 +258,6 @@ class _Writer:
         if self._producer.flush(120) != 0 or self._failed:
             raise RuntimeFailure(f"writing {self._topic}: {len(self._failed)} entries failed "
                                  f"({self._failed[:1]}), or some were left unflushed: run the reshard again")
-
-
-def _read(kafka: KafkaConfig, positions: list[TopicPartition], timeout_s: float = 600.0) -> Iterator[Message]:
-    """Every committed record from ``positions`` (-2: the beginning) to each partition's end."""
-    if not positions:
-        return
-    consumer = Consumer(kafka.consumer(f"reshard-reader-{time.monotonic_ns()}", **{
-        "enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
-    deadline = time.monotonic() + timeout_s
-    try:
-        consumer.assign(positions)
-        open_partitions = {tp.partition for tp in positions}
-        while open_partitions:
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"could not read {positions[0].topic} to its end in {timeout_s:.0f} s")
-            for message in consumer.consume(10_000, timeout=0.5):
-                error = message.error()
-                if error is None:
-                    yield message
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    open_partitions.discard(message.partition())
-                elif error.fatal():
-                    raise RuntimeFailure(f"reading {message.topic()}: {error}")
-    finally:
-        consumer.close()
 
 
 def _switch(kafka: KafkaConfig, plan: ReshardPlan, generation: Generation) -> None:

@@ -9,7 +9,7 @@ SPIDER_MODULES = ["crawl_example.spiders"]
 
 # The two-line switch (scrapy-redis: SCHEDULER and DUPEFILTER_CLASS).
 SCHEDULER = "streams.integrations.scrapy.Scheduler"
-DOWNLOADER_MIDDLEWARES = {"streams.integrations.scrapy.FetchedPages": 950}
+SPIDER_MIDDLEWARES = {"streams.integrations.scrapy.FetchedPages": 30}
 
 # Optional: skip parsing pages the page stage calls duplicates; close after 10 s with nothing to do.
 CRAWL_DEDUP_SKIP_DUPLICATES = True

@@ -1,0 +1,73 @@
+"""Which new-urls offsets a crawler process has taken, has in flight and has done; what it commits.
+
+A Kafka offset commit says "everything before this offset is done", but a crawler finishes its
+requests out of order. So a partition's committed offset is its lowest offset still in flight, and
+the offsets done past it go in the commit's metadata (a comma-separated list of distances from the
+committed offset): a process taking the partition over skips them, and fetches again only what was
+in flight, which :attr:`Offsets.count_in_flight` bounds (the scheduler takes no more while it is at
+its buffer). No Scrapy here: ``tests/test_scrapy_unit.py`` drives it alone.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import TopicPartition
+
+METADATA_BYTES = 3800  # the broker's offset.metadata.max.bytes is 4,096 by default
+
+
+class Offsets:
+    """Which new-urls offsets are taken, in flight and done, per partition; what to commit."""
+
+    def __init__(self) -> None:
+        self.next: dict[int, int] = {}  # partition -> next offset not yet seen
+        self.in_flight: dict[int, set[int]] = {}
+        self.done: dict[int, set[int]] = {}  # done past the lowest one in flight
+        self.uncommitted = 0  # finished since the last commits(): fetched again after a crash
+
+    def assigned(self, partition: int, committed: int, metadata: str | None) -> None:
+        self.next[partition] = max(committed, 0)
+        self.in_flight[partition] = set()
+        self.done[partition] = {committed + int(delta) for delta in (metadata or "").split(",") if delta}
+
+    def revoked(self, partition: int) -> None:
+        for table in (self.next, self.in_flight, self.done):
+            table.pop(partition, None)
+
+    def release(self, partition: int, dropped: set[int]) -> None:
+        """The partition goes to another process: the offsets ``dropped`` here are for it to fetch;
+        the rest in flight this process fetches still, so they count as done (the other skips them)."""
+        in_flight = self.in_flight.get(partition, set())
+        self.done.setdefault(partition, set()).update(in_flight - dropped)
+        self.in_flight[partition] = in_flight & dropped
+
+    def take(self, partition: int, offset: int) -> bool:
+        """Whether to fetch this record: False for one done before a restart."""
+        self.next[partition] = offset + 1
+        if offset in self.done.get(partition, ()):
+            return False
+        self.in_flight.setdefault(partition, set()).add(offset)
+        return True
+
+    def finish(self, partition: int, offset: int) -> None:
+        if partition in self.in_flight and offset in self.in_flight[partition]:
+            self.in_flight[partition].discard(offset)
+            self.done[partition].add(offset)
+            self.uncommitted += 1
+
+    @property
+    def count_in_flight(self) -> int:
+        """Taken and not yet committed as done: what a crash could make this process fetch again."""
+        return sum(len(offsets) for offsets in self.in_flight.values()) + self.uncommitted
+
+    def commits(self, topic: str) -> list[TopicPartition]:
+        """Each partition's lowest offset in flight (or next), the offsets done past it as metadata."""
+        self.uncommitted = 0
+        out = []
+        for partition, upto in self.next.items():
+            low = min(self.in_flight[partition], default=upto)
+            self.done[partition] = {offset for offset in self.done[partition] if offset >= low}
+            deltas = [str(offset - low) for offset in sorted(self.done[partition])]
+            while sum(map(len, deltas)) + len(deltas) > METADATA_BYTES:  # the broker's limit: 4,096
+                deltas.pop()  # those beyond are fetched again after a restart
+            out.append(TopicPartition(topic, partition, low, metadata=",".join(deltas)))
+        return out
