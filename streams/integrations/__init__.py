@@ -1,1 +1,1 @@
-"""Adapters that put existing crawlers on the stages\x27 topics (``streams.integrations.scrapy``)."""
+"""Adapters that put existing crawlers on the stages' topics (``streams.integrations.scrapy``)."""
