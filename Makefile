@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := .kafka/lib/.complete
 
-.PHONY: all venv jars test lint unit unit-pure reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit unit-pure reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -67,7 +67,7 @@ test: venv jars lint unit-pure
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
-bench: bench-runtime bench-url bench-content bench-revisit bench-reshard
+bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy
 
 # quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -97,6 +97,12 @@ bench-content: $(BENCH_STAMP) jars
 	$(PY) -m bench.clueweb_bench
 	$(PY) -m bench.content_bench
 	$(PY) -m bench.race_bench
+
+# Scrapy on the stages beside scrapy-redis (PyPI) on Debian's redis-server (installed here when
+# missing and running as root): the same local site, spider, processes and concurrency.
+bench-scrapy: $(BENCH_STAMP) jars
+	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
+	$(PY) -m bench.scrapy_bench
 
 # A reshard's stop: seconds per million stored entries, each stage, 4 -> 8 shards, on the broker.
 bench-reshard: venv jars

@@ -27,7 +27,7 @@ only what was in flight when the last one stopped.
 Settings (Scrapy's own style; defaults in brackets): ``CRAWL_DEDUP_BOOTSTRAP_SERVERS``
 [``KAFKA_BOOTSTRAP_SERVERS``, else 127.0.0.1:19092], ``CRAWL_DEDUP_KAFKA`` (librdkafka settings
 passed through: SASL, TLS) [{}], ``CRAWL_DEDUP_TOPIC_PREFIX`` [crawl.], ``CRAWL_DEDUP_GROUP``
-[scrapy.<spider name>], ``CRAWL_DEDUP_APP_ID`` (the stages' ``app_id``) [crawl-dedup],
+[<prefix>scrapy.<spider name>], ``CRAWL_DEDUP_APP_ID`` (the stages' ``app_id``) [crawl-dedup],
 ``CRAWL_DEDUP_SKIP_DUPLICATES`` [False], ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` [30],
 ``CRAWL_DEDUP_IDLE_CLOSE_S`` (close the spider once it had nothing to fetch this long and the whole
 crawl is drained: nothing undecided in the frontier or the URL stage, no new URL left or in flight
@@ -87,9 +87,9 @@ class CrawlSettings:
         get = crawler.settings
         bootstrap = (get.get("CRAWL_DEDUP_BOOTSTRAP_SERVERS") or config.bootstrap_servers()
                      or "127.0.0.1:19092")
-        return cls(KafkaConfig(bootstrap, dict(get.getdict("CRAWL_DEDUP_KAFKA"))),
-                   Topics(get.get("CRAWL_DEDUP_TOPIC_PREFIX", "crawl.")),
-                   get.get("CRAWL_DEDUP_GROUP") or f"scrapy.{spider_name}",
+        topics = Topics(get.get("CRAWL_DEDUP_TOPIC_PREFIX", "crawl."))
+        return cls(KafkaConfig(bootstrap, dict(get.getdict("CRAWL_DEDUP_KAFKA"))), topics,
+                   get.get("CRAWL_DEDUP_GROUP") or f"{topics.prefix}scrapy.{spider_name}",
                    get.getbool("CRAWL_DEDUP_SKIP_DUPLICATES"),
                    get.getfloat("CRAWL_DEDUP_VERDICT_TIMEOUT_S", 30.0),
                    get.getfloat("CRAWL_DEDUP_IDLE_CLOSE_S", 0.0),
@@ -365,7 +365,9 @@ class FetchedPages:
         assert request is not None
         try:
             verdict = await hub.verdict(request.url) if hub.settings.skip_duplicates else None
-            if verdict is not None and verdict.get("verdict") == "duplicate":
+            # a copy of its own earlier fetch (a re-fetch after a crash, a revisit) is parsed again
+            if verdict is not None and verdict.get("verdict") == "duplicate" \
+                    and verdict.get("duplicate_of") != request.url:
                 assert self.crawler.stats is not None
                 self.crawler.stats.inc_value("crawl_dedup/duplicate_pages_skipped")
                 return

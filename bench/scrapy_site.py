@@ -3,15 +3,17 @@
 One threaded HTTP server answers for every host: Scrapy reaches it as its HTTP proxy (the
 ``http_proxy`` environment variable, which Scrapy's HttpProxyMiddleware reads), so a request for
 ``http://mirror.test/p/3.html`` arrives with that host and the server answers as that host; no name
-needs to resolve. Its access log is the ground truth of what was fetched.
+needs to resolve. It resolves dot segments in a path, as web servers do, so every spelling of a page
+serves it; its access log, by page, is the ground truth of what was fetched (``tests/`` and
+``bench/scrapy_bench.py`` crawl it).
 
 The site (:func:`build`), from ``seed``:
 - ``site<n mod 4>.test/p/<n>.html``: ``pages`` articles, each with its own paragraphs of text; every page
   links to a few others, each link in another spelling of the same URL (relative, dot segments,
   upper-case host, default port, fragment, ``index`` paths) so the crawler meets every page under
   several names;
-- ``mirror.test/p/<n>.html``: an exact copy of some articles (another host, same main text);
-- ``site<n mod 4>.test/amp/<n>.html``: a near copy of some articles (a few words changed);
+- ``mirror.test/p/<n>.html``: an exact copy of some articles' pages (another host, links absolute);
+- ``site<n mod 4>.test/amp/<n>.html``: a near copy of some (one word of the article changed);
 - ``version``: articles with ``n`` in ``changing`` serve other text after
   :meth:`SiteServer.next_version` (pages that change between two crawls).
 """
@@ -41,8 +43,14 @@ class Site:
     version: int = 0
 
 
+SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "bu", "da", "fe", "gi", "ho", "ju", "pe")
+VOCABULARY = tuple(sorted({"".join(random.Random(n).choices(SYLLABLES, k=2 + n % 3)) for n in range(20_000)}))
+
+
 def _paragraphs(rng: random.Random, count: int) -> list[str]:
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 70))) + "." for _ in range(count)]
+    """Text over a vocabulary of some thousand words (a few dozen would make every page's SimHash
+    alike, and fill the block tables' buckets as no real site does)."""
+    return [" ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(40, 70))) + "." for _ in range(count)]
 
 
 HOSTS = 4
@@ -79,23 +87,41 @@ def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, ch
     site = Site({}, [], set(rng.sample(range(1, pages), changing)))
     mirrored = rng.sample(range(1, pages), mirrors)
     nears = rng.sample([n for n in range(1, pages) if n not in mirrored], near)
+    targets: dict[int, list[int]] = {}
     for number in range(pages):
-        links = [_spelling(rng, rng.randrange(pages), number) for _ in range(4)]
-        links.append(_spelling(rng, (number + 1) % pages, number))
+        targets[number] = [rng.randrange(pages) for _ in range(4)] + [(number + 1) % pages]
+        links = [_spelling(rng, target, number) for target in targets[number]]
         if number in mirrored:
             links.append(f"http://mirror.test/p/{number}.html")
         if number in nears:
             links.append(f"http://{host_of(number)}/amp/{number}.html")
         site.pages[(host_of(number), f"/p/{number}.html")] = _html(f"Article {number}", texts[number], links)
-    for number in mirrored:
-        site.pages[("mirror.test", f"/p/{number}.html")] = _html(f"Article {number}", texts[number], [])
+    for number in mirrored:  # the whole page copied, its links made absolute (same text, same nav)
+        links = [url_of(target) for target in targets[number]] + [f"http://mirror.test/p/{number}.html"]
+        site.pages[("mirror.test", f"/p/{number}.html")] = _html(f"Article {number}", texts[number], links)
         site.clusters.append({url_of(number), f"http://mirror.test/p/{number}.html"})
-    for number in nears:
+    for number in nears:  # the page with one word of its last paragraph changed
         edited = list(texts[number])
-        edited[0] = edited[0].replace(" ", " and ", 1)
-        site.pages[(host_of(number), f"/amp/{number}.html")] = _html(f"Article {number}", edited, [])
+        words = edited[-1].split(" ")
+        words[len(words) // 2] = "lighthouse"
+        edited[-1] = " ".join(words)
+        links = [url_of(target) for target in targets[number]] + [f"http://{host_of(number)}/amp/{number}.html"]
+        site.pages[(host_of(number), f"/amp/{number}.html")] = _html(f"Article {number}", edited, links)
         site.clusters.append({url_of(number), f"http://{host_of(number)}/amp/{number}.html"})
     return site
+
+
+def _without_dot_segments(path: str) -> str:
+    """RFC 3986 section 5.2.4, as servers apply it to a request's path."""
+    out: list[str] = []
+    for segment in path.split("/")[1:]:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    trailing = path.endswith(("/.", "/.."))
+    return "/" + "/".join(out) + ("/" if trailing and out else "")
 
 
 class SiteServer:
@@ -134,7 +160,7 @@ class SiteServer:
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
         host = (parts.hostname or handler.headers.get("Host", "")).lower()
-        path = parts.path or "/"
+        path = _without_dot_segments(parts.path or "/")  # as a web server resolves them
         with self._lock:
             self.log.append(f"http://{host}{path}")
             self.crawlers.append(handler.headers.get("X-Crawler", ""))

@@ -1,0 +1,224 @@
+"""Scrapy on crawl-dedup beside Scrapy on scrapy-redis: the same site, spider, processes and concurrency.
+
+The site is bench/scrapy_site.py (articles on four hosts, every link under another spelling,
+mirrors on another host, near copies), served on 127.0.0.1 as the crawlers' HTTP proxy; its access
+log says what was fetched. Each side runs two ``scrapy crawl site`` processes of the example
+project (examples/scrapy) until the crawl is done:
+
+- crawl-dedup: the project's own two-line switch (``SCHEDULER``, ``SPIDER_MIDDLEWARES``) on the
+  local broker, with the URL and page stages (one worker each, 2 shards) and
+  ``CRAWL_DEDUP_SKIP_DUPLICATES``;
+- scrapy-redis (PyPI, 0.9.1): its two-line switch (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``,
+  ``DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"``) on Debian's redis-server on
+  loopback; its request fingerprints hash the URL after w3lib's ``canonicalize_url``.
+
+Per side: pages fetched (requests served), duplicate fetches (requests for a page already served),
+mirrors and near copies parsed (items of a copy after the first page of its pair, whatever spelling
+of their URLs the items carry), wall
+time from the crawlers' start to the last one's exit, and the dedup state's size: Redis's
+``used_memory`` against the stages' state directories on disk (RocksDB and Bloom snapshots).
+
+    python -m bench.scrapy_bench [--pages 1000]
+
+Results: bench/results/scrapy.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import ConsumerGroupState
+from confluent_kafka.admin import AdminClient
+
+from bench import harness as h
+from bench import scrapy_site
+from streams import config
+from streams.runtime.kafka_io import KafkaConfig
+from streams.topics import Topics
+from streams.urls import canonical
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = PROJECT_ROOT / "examples" / "scrapy"
+RESULTS = Path(__file__).parent / "results"
+APP = "app"
+RULES = canonical.CanonicalSettings()
+
+
+def start_stage(kafka: KafkaConfig, prefix: str, stage: str, state: Path) -> subprocess.Popen[bytes]:
+    """One worker of ``stage`` (2 shards), metrics off, its log beside ``state``."""
+    command = [sys.executable, "-m", "streams", stage, "--topic-prefix", prefix, "--app-id", APP,
+               "--worker-id", "w0", "--state-dir", str(state), "--shards", "2"]
+    state.parent.mkdir(parents=True, exist_ok=True)
+    with open(state.parent / f"{stage}.log", "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
+                                env={**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers,
+                                     "STREAMS_METRICS_ENABLED": "false"})
+
+
+def wait_until_running(kafka: KafkaConfig, topics: Topics) -> None:
+    """Until the URL and page stages' groups are stable: a crawl's first URL then goes through at once."""
+    admin = AdminClient(kafka.admin())
+    groups = [topics.group(APP, stage) for stage in ("url-dedup", "content-seen")]
+
+    def stable() -> bool:
+        found = admin.describe_consumer_groups(groups)
+        return all(found[group].result(timeout=10).state == ConsumerGroupState.STABLE for group in groups)
+
+    h.wait_for(stable, timeout_s=90)
+
+
+def start_scrapy(proxy: str, items: Path, log: Path, settings: list[str],
+                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``scrapy crawl site`` of the example project through ``proxy``, items as JSON lines."""
+    command = [sys.executable, "-m", "scrapy", "crawl", "site", "-o", str(items), "-s", "LOG_LEVEL=INFO"]
+    command += [part for setting in settings for part in ("-s", setting)]
+    environment = {**os.environ, **(env or {}), "http_proxy": proxy,
+                   "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(PROJECT_ROOT)])}
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=EXAMPLE, env=environment)
+
+
+def stage_settings(kafka: KafkaConfig, prefix: str) -> tuple[list[str], dict[str, str]]:
+    return ([f"CRAWL_DEDUP_TOPIC_PREFIX={prefix}", f"CRAWL_DEDUP_APP_ID={APP}", "CRAWL_DEDUP_IDLE_CLOSE_S=5"],
+            {config.BOOTSTRAP_ENV: kafka.bootstrap_servers})
+
+
+def read_items(paths: list[Path]) -> list[dict[str, Any]]:
+    """Items written as JSON lines (``-o x.jsonl``: a killed process's lines stand)."""
+    return [orjson.loads(line) for path in paths if path.exists() for line in path.read_bytes().splitlines()
+            if line.strip()]
+
+
+def outcome(name: str, site: scrapy_site.Site, fetched: Counter[str], items: list[dict[str, Any]],
+            wall_s: float, state_bytes: int) -> dict[str, Any]:
+    # an item's URL is whichever spelling was fetched (scrapy-redis fetches several)
+    parsed = Counter(canonical.canonicalize(item["url"], RULES) for item in items)
+
+    def copies_parsed(clusters: list[set[str]]) -> int:
+        return sum(max(0, sum(1 for url in cluster if parsed[url]) - 1) for cluster in clusters)
+
+    mirrors = [cluster for cluster in site.clusters if any("//mirror." in url for url in cluster)]
+    nears = [cluster for cluster in site.clusters if cluster not in mirrors]
+    return {"crawler": name, "pages": len(site.pages), "fetched": sum(fetched.values()),
+            "duplicate_fetches": sum(fetched.values()) - len(fetched), "items": len(items),
+            "mirrors": len(mirrors), "mirrors_parsed": copies_parsed(mirrors), "near_copies": len(nears),
+            "near_copies_parsed": copies_parsed(nears), "wall_s": round(wall_s, 1),
+            "state_bytes": state_bytes}
+
+
+def _crawl(site: scrapy_site.Site, work: Path, settings: list[str], env: dict[str, str],
+           processes: int) -> tuple[Counter[str], list[dict[str, Any]], float]:
+    work.mkdir(parents=True, exist_ok=True)
+    with scrapy_site.SiteServer(site) as server:
+        items = [work / f"items{n}.jsonl" for n in range(processes)]
+        began = time.monotonic()
+        crawlers = [start_scrapy(server.proxy, items[n], work / f"scrapy{n}.log", settings, env)
+                    for n in range(processes)]
+        for number, crawler in enumerate(crawlers):
+            if crawler.wait(1800) != 0:
+                raise RuntimeError(f"scrapy process {number} failed: see {work}/scrapy{number}.log")
+        wall_s = time.monotonic() - began
+        return server.fetches(), read_items(items), wall_s
+
+
+def _directory_bytes(path: Path) -> int:
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def run_stage(kafka: KafkaConfig, site: scrapy_site.Site, work: Path, processes: int) -> dict[str, Any]:
+    prefix = h.fresh_name("scrapy") + "."
+    topics = Topics(prefix)
+    stages = [start_stage(kafka, prefix, name, work / name) for name in ("url-dedup", "content-seen")]
+    try:
+        wait_until_running(kafka, topics)
+        settings, env = stage_settings(kafka, prefix)
+        fetched, items, wall_s = _crawl(site, work, [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env,
+                                        processes)
+    finally:
+        for stage in stages:
+            stage.send_signal(signal.SIGTERM)
+            stage.wait(60)
+    state = _directory_bytes(work / "url-dedup") + _directory_bytes(work / "content-seen")
+    return outcome("crawl-dedup (URL and page stages)", site, fetched, items, wall_s, state)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def run_redis(site: scrapy_site.Site, work: Path, processes: int) -> dict[str, Any]:
+    import redis
+
+    server_path = shutil.which("redis-server")
+    if server_path is None:
+        raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+    port = _free_port()
+    server = subprocess.Popen([server_path, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(port=port)
+        h.wait_for(lambda: _pings(client), timeout_s=20)
+        settings = ["SCHEDULER=scrapy_redis.scheduler.Scheduler",
+                    "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+                    f"REDIS_URL=redis://127.0.0.1:{port}", "SPIDER_MIDDLEWARES={}"]
+        fetched, items, wall_s = _crawl(site, work, settings, {}, processes)
+        used = int(client.info("memory")["used_memory"]) - int(client.info("memory")["used_memory_startup"])
+    finally:
+        server.terminate()
+        server.wait(30)
+    return outcome("scrapy-redis 0.9.1 (RFPDupeFilter)", site, fetched, items, wall_s, used)
+
+
+def _pings(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    site = scrapy_site.build(pages=args.pages, seed=5, mirrors=args.pages // 10, near=args.pages // 15,
+                             changing=args.pages // 15)
+    kafka = h.broker()
+    with tempfile.TemporaryDirectory(prefix="scrapy-bench-") as scratch:
+        rows = [run_stage(kafka, site, Path(scratch) / "stage", args.processes),
+                run_redis(site, Path(scratch) / "redis", args.processes)]
+    ours, theirs = rows
+    assert ours["duplicate_fetches"] == 0 and ours["mirrors_parsed"] == 0, ours
+    assert ours["fetched"] == len(site.pages), ours
+    lines = ["| crawler | pages on the site | requests served | duplicate fetches | items | mirrors parsed | "
+             "near copies parsed | wall s | dedup state |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['crawler']} | {r['pages']} | {r['fetched']} | {r['duplicate_fetches']} | {r['items']} | "
+              f"{r['mirrors_parsed']} of {r['mirrors']} | {r['near_copies_parsed']} of {r['near_copies']} | "
+              f"{r['wall_s']} | {r['state_bytes'] / 1e6:.2f} MB |" for r in rows]
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "scrapy.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (RESULTS / "scrapy.md").write_text(f"# Scrapy beside scrapy-redis (`python -m bench.scrapy_bench --pages "
+                                       f"{args.pages}`)\n\n{table}\n")
+    print(f"scrapy-redis fetched {theirs['duplicate_fetches']} pages twice or more")
+
+
+if __name__ == "__main__":
+    main()
