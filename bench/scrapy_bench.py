@@ -68,10 +68,11 @@ def start_stage(kafka: KafkaConfig, prefix: str, stage: str, state: Path) -> sub
                                      "STREAMS_METRICS_ENABLED": "false"})
 
 
-def wait_until_running(kafka: KafkaConfig, topics: Topics) -> None:
-    """Until the URL and page stages' groups are stable: a crawl's first URL then goes through at once."""
+def wait_until_running(kafka: KafkaConfig, topics: Topics,
+                       stages: tuple[str, ...] = ("url-dedup", "content-seen")) -> None:
+    """Until the stages' groups are stable: a crawl's first URL then goes through at once."""
     admin = AdminClient(kafka.admin())
-    groups = [topics.group(APP, stage) for stage in ("url-dedup", "content-seen")]
+    groups = [topics.group(APP, stage) for stage in stages]
 
     def stable() -> bool:
         found = admin.describe_consumer_groups(groups)

@@ -14,7 +14,7 @@ The site (:func:`build`), from ``seed``:
   several names;
 - ``mirror.test/p/<n>.html``: an exact copy of some articles' pages (another host, links absolute);
 - ``site<n mod 4>.test/amp/<n>.html``: a near copy of some (one word of the article changed);
-- ``version``: articles with ``n`` in ``changing`` serve other text after
+- ``version``: articles with ``n`` in ``changing`` serve half of their paragraphs rewritten after
   :meth:`SiteServer.next_version` (pages that change between two crawls).
 """
 
@@ -28,12 +28,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-WORDS = ("river", "stone", "window", "market", "garden", "letter", "winter", "harbor", "signal",
-         "engine", "paper", "forest", "bridge", "candle", "valley", "mirror", "station", "orchard",
-         "lantern", "meadow", "archive", "compass", "thunder", "velvet", "ribbon", "cobalt",
-         "saddle", "marble", "falcon", "quiet", "amber", "copper", "willow", "summit", "canyon",
-         "pillar", "beacon")
-
 
 @dataclass
 class Site:
@@ -41,6 +35,7 @@ class Site:
     clusters: list[set[str]]  # URLs of one text (original with its mirror or near copy)
     changing: set[int] = field(default_factory=set)
     version: int = 0
+    rewritten: dict[tuple[str, str], str] = field(default_factory=dict)  # the changing pages, version 1
 
 
 SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "bu", "da", "fe", "gi", "ho", "ju", "pe")
@@ -96,6 +91,9 @@ def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, ch
         if number in nears:
             links.append(f"http://{host_of(number)}/amp/{number}.html")
         site.pages[(host_of(number), f"/p/{number}.html")] = _html(f"Article {number}", texts[number], links)
+        if number in site.changing:  # rewritten: half its paragraphs new, its links the same
+            text = _paragraphs(random.Random(seed * 100_003 + number), 3) + texts[number][3:]
+            site.rewritten[(host_of(number), f"/p/{number}.html")] = _html(f"Article {number}", text, links)
     for number in mirrored:  # the whole page copied, its links made absolute (same text, same nav)
         links = [url_of(target) for target in targets[number]] + [f"http://mirror.test/p/{number}.html"]
         site.pages[("mirror.test", f"/p/{number}.html")] = _html(f"Article {number}", texts[number], links)
@@ -166,11 +164,8 @@ class SiteServer:
             self.crawlers.append(handler.headers.get("X-Crawler", ""))
         time.sleep(self.delay_s)
         html = self.site.pages.get((host, path))
-        if html is not None and self.site.version and path.startswith("/p/") and host.startswith("site"):
-            number = int(path[3:].split(".")[0])
-            if number in self.site.changing:
-                edition = f"<article><p>{' '.join(WORDS)} edition {self.site.version}.</p>"
-                html = html.replace("<article>", edition)
+        if self.site.version:
+            html = self.site.rewritten.get((host, path), html)
         status, body = (200, html.encode()) if html is not None else (404, b"not found")
         handler.send_response(status)
         handler.send_header("Content-Type", "text/html; charset=utf-8")

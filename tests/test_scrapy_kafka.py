@@ -13,12 +13,13 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench import harness as h
 from bench import scrapy_site
 from bench.scrapy_bench import read_items, stage_settings, start_scrapy, start_stage, wait_until_running
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 
 pytest.importorskip("scrapy")
@@ -103,3 +104,44 @@ def test_killing_a_scrapy_process_and_a_stage_worker_loses_no_url(kafka: KafkaCo
     assert all(log.index(url) < killed_at for url in again)
     assert len(again) <= buffer, sorted(again)
     print(f"killed after {killed_at} fetches; fetched again: {len(again)} (bound {buffer})")
+
+
+def test_a_second_crawl_fetches_again_only_what_revisit_scheduled(kafka: KafkaConfig, prefix: str,
+                                                                   tmp_path: Path) -> None:
+    """Crawl once with the revisit stage; some pages change; crawl again taking what comes due within
+    two days (the stage schedules every page a day after its first fetch): every page is fetched
+    exactly once more, nothing else, and the revisit stage finds exactly the changed pages changed."""
+    site = scrapy_site.build(pages=150, seed=6, changing=15)
+    names = ("url-dedup", "content-seen", "revisit")
+    stages = [start_stage(kafka, prefix, name, tmp_path / name) for name in names]
+    settings, env = stage_settings(kafka, prefix)
+    settings += ["CRAWL_DEDUP_REVISIT=True"]
+    every_page = {f"http://{host}{path}" for host, path in site.pages}
+    try:
+        wait_until_running(kafka, Topics(prefix), names)
+        with scrapy_site.SiteServer(site) as server:
+            for round_number, ahead in enumerate(("0", "172800")):
+                crawlers = [start_scrapy(server.proxy, tmp_path / f"items{round_number}{n}.jsonl",
+                                         tmp_path / f"scrapy{round_number}{n}.log",
+                                         [*settings, f"CRAWL_DEDUP_REVISIT_AHEAD_S={ahead}"], env)
+                            for n in range(2)]
+                for number, crawler in enumerate(crawlers):
+                    log = tmp_path / f"scrapy{round_number}{number}.log"
+                    assert crawler.wait(300) == 0, log.read_text()[-3000:]
+                if round_number == 0:
+                    first = server.fetches()
+                    server.next_version()
+            both = server.fetches()
+    finally:
+        _stop(stages)
+    assert first == Counter({url: 1 for url in every_page})
+    assert both - first == Counter({url: 1 for url in every_page}), "the second crawl fetched otherwise"
+    latest, history = {}, {}
+    for message in read_to_end(kafka, Topics(prefix).revisit_updates):
+        update = orjson.loads(message.value() or b"{}")
+        latest[update["url"]] = update
+        history.setdefault(update["url"], []).append((update["changed"], update["signal"]))
+    changed = {url for url, update in latest.items() if update["changed"]}
+    expected = {scrapy_site.url_of(number) for number in site.changing}
+    assert changed == expected, (sorted(changed - expected)[:5], sorted(expected - changed)[:5],
+                                 [history[url] for url in sorted(changed ^ expected)[:3]])

@@ -34,265 +34,23 @@ crawl is drained: nothing undecided in the frontier or the URL stage, no new URL
 in any process; 0: run until stopped) [0], ``CRAWL_DEDUP_BUFFER`` (new URLs taken ahead of the downloader)
 [2 x CONCURRENT_REQUESTS], ``CRAWL_DEDUP_PROCESS_ID`` (a stable id per process: static group
 membership, so a restarted process takes its partitions back at once instead of after the dead
-one's session times out) [none].
+one's session times out) [none], ``CRAWL_DEDUP_REVISIT`` (fetch again what the revisit stage
+schedules, with its conditional headers; :mod:`streams.integrations.revisits`) [False],
+``CRAWL_DEDUP_REVISIT_AHEAD_S`` (also what comes due within this long of the start, once) [0].
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import time
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-from confluent_kafka import OFFSET_END, Consumer, Message, Producer, TopicPartition
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
-from scrapy.utils.request import request_from_dict
-from twisted.internet import task
-from twisted.python.failure import Failure
 
-from streams import config
-from streams.integrations.offsets import Offsets
-from streams.runtime.generations import current_topics
-from streams.runtime.kafka_io import KafkaConfig, pending_records
-from streams.topics import Topics
-
-POLL_S = 0.1
-_META = "crawl_dedup"  # (partition, offset) of a request taken from new-urls
-_LOCAL = "crawl_dedup_local"  # scheduled here, not through the URL stage
-_JSON_SAFE = (str, int, float, bool, type(None))
-
-
-@dataclass(frozen=True)
-class CrawlSettings:
-    kafka: KafkaConfig
-    topics: Topics
-    group: str
-    skip_duplicates: bool
-    verdict_timeout_s: float
-    idle_close_s: float
-    buffer: int
-    process_id: str | None
-    app_id: str  # the stages' application id: where the URL stage's group and shard topic are
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, spider_name: str) -> CrawlSettings:
-        get = crawler.settings
-        bootstrap = (get.get("CRAWL_DEDUP_BOOTSTRAP_SERVERS") or config.bootstrap_servers()
-                     or "127.0.0.1:19092")
-        topics = Topics(get.get("CRAWL_DEDUP_TOPIC_PREFIX", "crawl."))
-        return cls(KafkaConfig(bootstrap, dict(get.getdict("CRAWL_DEDUP_KAFKA"))), topics,
-                   get.get("CRAWL_DEDUP_GROUP") or f"{topics.prefix}scrapy.{spider_name}",
-                   get.getbool("CRAWL_DEDUP_SKIP_DUPLICATES"),
-                   get.getfloat("CRAWL_DEDUP_VERDICT_TIMEOUT_S", 30.0),
-                   get.getfloat("CRAWL_DEDUP_IDLE_CLOSE_S", 0.0),
-                   get.getint("CRAWL_DEDUP_BUFFER") or 2 * get.getint("CONCURRENT_REQUESTS", 16),
-                   get.get("CRAWL_DEDUP_PROCESS_ID") or None,
-                   get.get("CRAWL_DEDUP_APP_ID") or config.RuntimeSettings().app_id)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, _JSON_SAFE):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()
-                if isinstance(item, (*_JSON_SAFE, list, tuple, dict))}
-    return None
-
-
-class Hub:
-    """One per crawler: the Kafka clients the scheduler and the middleware share."""
-
-    def __init__(self, crawler: Crawler, spider: Spider) -> None:
-        self.crawler = crawler
-        self.spider = spider
-        self.settings = CrawlSettings.from_crawler(crawler, spider.name)
-        kafka, topics = self.settings.kafka, self.settings.topics
-        self.producer = Producer(kafka.producer(**{"linger.ms": 20}))
-        self.offsets = Offsets()
-        self.queue: deque[Request] = deque()
-        self.verdicts: dict[str, dict[str, Any]] = {}
-        self.last_new_s = time.monotonic()
-        membership = {} if self.settings.process_id is None else {
-            "group.instance.id": self.settings.process_id, "session.timeout.ms": 30_000}
-        self.intake = Consumer(kafka.consumer(self.settings.group, **{"max.poll.interval.ms": 3_600_000,
-                                                                      **membership}))
-        self.intake.subscribe([topics.new_urls], on_assign=self._assigned, on_revoke=self._revoked,
-                              on_lost=self._revoked)
-        self.verdict_reader: Consumer | None = None
-        if self.settings.skip_duplicates:
-            self.verdict_reader = Consumer(kafka.consumer(f"{self.settings.group}.verdicts"))
-            count = len(self.verdict_reader.list_topics(topics.page_verdicts, timeout=30)
-                        .topics[topics.page_verdicts].partitions)
-            self.verdict_reader.assign([TopicPartition(topics.page_verdicts, partition, OFFSET_END)
-                                        for partition in range(count)])
-        self._paused = False
-        self._finishing: list[tuple[int, int]] = []
-        self._commit_due_s = 0.0
-        self._loop = task.LoopingCall(self.poll)
-        self._loop.start(POLL_S, now=False)
-
-    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in consumer.committed(partitions, timeout=30):
-            self.offsets.assigned(tp.partition, tp.offset, tp.metadata)
-
-    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Requests of these partitions not yet handed to the downloader go back to the group; those
-        in the downloader are finished here, and committed as done so the next owner skips them (a
-        process killed before they finish loses them: the one window where a URL can be lost)."""
-        gone = {tp.partition for tp in partitions}
-        dropped: dict[int, set[int]] = {partition: set() for partition in gone}
-        kept: deque[Request] = deque()
-        for request in self.queue:
-            taken = request.meta.get(_META)
-            if taken is not None and taken[0] in gone:
-                dropped[taken[0]].add(taken[1])
-            else:
-                kept.append(request)
-        self.queue = kept
-        for partition, offsets in dropped.items():
-            self.offsets.release(partition, offsets)
-        self._commit()
-        for partition in gone:
-            self.offsets.revoked(partition)
-
-    # -- the reactor's loop -----------------------------------------------------------------------
-
-    def poll(self) -> None:
-        """Take new URLs while there is room, read verdicts, commit what is done (once a second)."""
-        full = len(self.queue) + self.offsets.count_in_flight >= self.settings.buffer
-        if full != self._paused:
-            assignment = self.intake.assignment()
-            (self.intake.pause if full else self.intake.resume)(assignment)
-            self._paused = full
-        for message in self.intake.consume(self.settings.buffer, timeout=0):
-            self._take(message)
-        if self.verdict_reader is not None:
-            for message in self.verdict_reader.consume(1000, timeout=0):
-                if message.error() is None:
-                    verdict = orjson.loads(message.value() or b"{}")
-                    self.verdicts[verdict.get("url", "")] = verdict
-        if self._finishing or time.monotonic() > self._commit_due_s:
-            self._commit()
-
-    def _settle(self) -> None:
-        for partition, offset in self._finishing:
-            self.offsets.finish(partition, offset)
-        self._finishing = []
-
-    def _take(self, message: Message) -> None:
-        if message.error() is not None:  # partition ends; librdkafka retries the rest itself
-            return
-        partition, offset = message.partition() or 0, message.offset() or 0
-        if not self.offsets.take(partition, offset):
-            return
-        record = orjson.loads(message.value() or b"{}")
-        wanted = record.get("scrapy") or {}
-        request = request_from_dict({**wanted, "url": record["canonical"]}, spider=self.spider)
-        request.meta[_META] = (partition, offset)
-        request.errback = self._failing(request, request.errback)
-        self.last_new_s = time.monotonic()
-        assert self.crawler.engine is not None
-        self.crawler.engine.crawl(request)
-
-    def _failing(self, request: Request, errback: Any) -> Any:
-        """The request's errback, marking it done first (a failed fetch is not tried again)."""
-
-        def failed(failure: Failure) -> Any:
-            self.finished(request)
-            if errback is None:
-                failure.raiseException()  # unhandled, so Scrapy logs the download error as usual
-            return errback(failure)
-
-        return failed
-
-    def _commit(self) -> None:
-        self._settle()
-        self._commit_due_s = time.monotonic() + 1.0
-        commits = self.offsets.commits(self.settings.topics.new_urls)
-        if commits:
-            self.producer.flush(30)  # every page a done offset stands for is written first
-            self.intake.commit(offsets=commits, asynchronous=False)
-
-    # -- what the scheduler and the middleware ask --------------------------------------------------
-
-    def discovered(self, request: Request) -> None:
-        referer = request.headers.get("Referer")
-        wanted = {key: _json_safe(value) for key, value in request.to_dict(spider=self.spider).items()
-                  if key in ("callback", "errback", "priority", "cb_kwargs")}
-        wanted["meta"] = _json_safe({k: v for k, v in request.meta.items() if not k.startswith("download_")})
-        record = {"url": request.url, "source_url": referer.decode("latin-1") if referer else None,
-                  "depth": int(request.meta.get("depth", 0)), "discovered_at": _now(), "scrapy": wanted}
-        self.producer.produce(self.settings.topics.frontier, orjson.dumps(record), request.url.encode())
-        self.producer.poll(0)
-
-    def fetched(self, request: Request, response: Response) -> None:
-        headers = {key.decode("latin-1").lower(): b", ".join(values).decode("latin-1")
-                   for key, values in response.headers.items()}
-        record = {"url": request.url, "status": response.status, "headers": headers,
-                  "content_type": headers.get("content-type"), "fetched_at": _now(),
-                  "body_base64": base64.b64encode(response.body).decode("ascii")}
-        self.producer.produce(self.settings.topics.fetched_pages, orjson.dumps(record), request.url.encode())
-        self.producer.poll(0)
-
-    def finished(self, request: Request) -> None:
-        """Done with ``request``: counted at the next poll, after what its callback yielded was
-        scheduled (the scraper schedules a callback's requests in tasks of its own)."""
-        taken = request.meta.get(_META)
-        if taken is not None:
-            self._finishing.append(taken)
-
-    def crawl_drained(self) -> bool:
-        """Whether nothing is left anywhere in the crawl: no frontier record the URL stage has not
-        decided, none in its shard topic, and every new URL done (requests in flight in any process
-        leave their partitions uncommitted). Read in the order records travel, so a record moving
-        on during the check is met further on."""
-        kafka, topics, app_id = self.settings.kafka, self.settings.topics, self.settings.app_id
-        url_stage = topics.group(app_id, "url-dedup")
-        shards = current_topics(kafka, topics, app_id, "url-dedup").shards(app_id, "url-dedup")
-        for group, topic in ((url_stage, topics.frontier), (url_stage, shards),
-                             (self.settings.group, topics.new_urls)):
-            found = self.intake.list_topics(topic, timeout=30).topics.get(topic)
-            count = len(found.partitions) if found is not None else 0
-            if count and pending_records(kafka, group, topic, count, at_most=1):
-                return False
-        return True
-
-    async def verdict(self, url: str) -> dict[str, Any] | None:
-        deadline = time.monotonic() + self.settings.verdict_timeout_s
-        while url not in self.verdicts and time.monotonic() < deadline:
-            await asyncio.sleep(POLL_S)
-        return self.verdicts.pop(url, None)
-
-    def close(self) -> None:
-        if self._loop.running:
-            self._loop.stop()
-        self._commit()
-        self.intake.close()
-        if self.verdict_reader is not None:
-            self.verdict_reader.close()
-        self.producer.flush(30)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def hub_of(crawler: Crawler) -> Hub:
-    hub: Hub | None = getattr(crawler, "_crawl_dedup_hub", None)
-    if hub is None:
-        raise RuntimeError("streams.integrations.scrapy.FetchedPages needs SCHEDULER = "
-                           "'streams.integrations.scrapy.Scheduler'")
-    return hub
+from streams.integrations.hub import LOCAL_META, TAKEN_META, Hub, hub_of
 
 
 class Scheduler:
@@ -321,7 +79,8 @@ class Scheduler:
         the whole crawl found drained twice, a heartbeat (5 s) apart."""
         assert self.hub is not None
         idle_close_s = self.hub.settings.idle_close_s
-        if not idle_close_s or time.monotonic() - self.hub.last_new_s < idle_close_s:
+        if not idle_close_s or time.monotonic() - self.hub.last_new_s < idle_close_s \
+                or not self.hub.revisits_read:
             raise DontCloseSpider
         drained = self.hub.crawl_drained()
         self._drained_checks = self._drained_checks + 1 if drained else 0
@@ -333,7 +92,7 @@ class Scheduler:
 
     def enqueue_request(self, request: Request) -> bool:
         assert self.hub is not None
-        if _META in request.meta or request.meta.get(_LOCAL) or request.method != "GET":
+        if TAKEN_META in request.meta or request.meta.get(LOCAL_META) or request.method != "GET":
             self.hub.queue.append(request)
         else:
             self.hub.discovered(request)
