@@ -6,8 +6,8 @@ log says what was fetched. Each side runs two ``scrapy crawl site`` processes of
 project (examples/scrapy) until the crawl is done:
 
 - crawl-dedup: the project's own two-line switch (``SCHEDULER``, ``SPIDER_MIDDLEWARES``) on the
-  local broker, with the URL and page stages (one worker each, 2 shards) and
-  ``CRAWL_DEDUP_SKIP_DUPLICATES``;
+  local broker, with the URL and page stages (one worker each, 2 shards), with
+  ``CRAWL_DEDUP_SKIP_DUPLICATES`` (each page waits for its verdict) and without;
 - scrapy-redis (PyPI, 0.9.1): its two-line switch (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``,
   ``DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"``) on Debian's redis-server on
   loopback; its request fingerprints hash the URL after w3lib's ``canonicalize_url``.
@@ -139,21 +139,23 @@ def _directory_bytes(path: Path) -> int:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
-def run_stage(kafka: KafkaConfig, site: scrapy_site.Site, work: Path, processes: int) -> dict[str, Any]:
+def run_stage(kafka: KafkaConfig, site: scrapy_site.Site, work: Path, processes: int,
+              skip_duplicates: bool = True) -> dict[str, Any]:
     prefix = h.fresh_name("scrapy") + "."
     topics = Topics(prefix)
     stages = [start_stage(kafka, prefix, name, work / name) for name in ("url-dedup", "content-seen")]
     try:
         wait_until_running(kafka, topics)
         settings, env = stage_settings(kafka, prefix)
-        fetched, items, wall_s = _crawl(site, work, [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env,
-                                        processes)
+        settings.append(f"CRAWL_DEDUP_SKIP_DUPLICATES={skip_duplicates}")
+        fetched, items, wall_s = _crawl(site, work, settings, env, processes)
     finally:
         for stage in stages:
             stage.send_signal(signal.SIGTERM)
             stage.wait(60)
     state = _directory_bytes(work / "url-dedup") + _directory_bytes(work / "content-seen")
-    return outcome("crawl-dedup (URL and page stages)", site, fetched, items, wall_s, state)
+    name = "crawl-dedup" + (", duplicates skipped" if skip_duplicates else ", no waiting for verdicts")
+    return outcome(name, site, fetched, items, wall_s, state)
 
 
 def _free_port() -> int:
@@ -203,8 +205,10 @@ def main() -> None:
     kafka = h.broker()
     with tempfile.TemporaryDirectory(prefix="scrapy-bench-") as scratch:
         rows = [run_stage(kafka, site, Path(scratch) / "stage", args.processes),
+                run_stage(kafka, site, Path(scratch) / "no-wait", args.processes, skip_duplicates=False),
                 run_redis(site, Path(scratch) / "redis", args.processes)]
-    ours, theirs = rows
+    ours, unwaited, theirs = rows
+    assert unwaited["duplicate_fetches"] == 0, unwaited
     assert ours["duplicate_fetches"] == 0 and ours["mirrors_parsed"] == 0, ours
     assert ours["fetched"] == len(site.pages), ours
     lines = ["| crawler | pages on the site | requests served | duplicate fetches | items | mirrors parsed | "
