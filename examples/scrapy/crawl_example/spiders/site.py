@@ -6,11 +6,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import scrapy
+from scrapy.crawler import Crawler
 from scrapy.http import Response
 
 
 class SiteSpider(scrapy.Spider):
     name = "site"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> SiteSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        domains = crawler.settings.getlist("SITE_ALLOWED_DOMAINS")  # e.g. "test": the local site only
+        if domains:
+            setattr(spider, "allowed_domains", domains)  # noqa: B010 - not declared by Spider
+        return spider
 
     async def start(self) -> Any:
         for url in self.settings.getlist("SITE_START_URLS") or ["http://site0.test/p/0.html"]:
