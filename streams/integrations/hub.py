@@ -90,7 +90,8 @@ class Hub:
         self.producer = Producer(kafka.producer(**{"linger.ms": 20}))
         self.offsets = Offsets()
         self.queue: deque[Request] = deque()
-        self.verdicts: dict[str, dict[str, Any]] = {}
+        self.verdicts: dict[str, dict[str, Any]] = {}  # only for pages this process waits on
+        self._awaiting: set[str] = set()
         self.last_new_s = time.monotonic()
         membership = {} if self.settings.process_id is None else {
             "group.instance.id": self.settings.process_id, "session.timeout.ms": 30_000}
@@ -168,7 +169,8 @@ class Hub:
             for message in self.verdict_reader.consume(1000, timeout=0):
                 if message.error() is None:
                     verdict = orjson.loads(message.value() or b"{}")
-                    self.verdicts[verdict.get("url", "")] = verdict
+                    if verdict.get("url") in self._awaiting:
+                        self.verdicts[verdict["url"]] = verdict
         if self.revisit_reader is not None:
             self._revisit()
         if self._finishing or self._revisits_finishing or time.monotonic() > self._commit_due_s:
@@ -279,6 +281,8 @@ class Hub:
         record = {"url": request.url, "status": response.status, "headers": headers,
                   "content_type": headers.get("content-type"), "fetched_at": _now(),
                   "body_base64": base64.b64encode(response.body).decode("ascii")}
+        if self.settings.skip_duplicates and 200 <= response.status < 300:  # the page stage judges these
+            self._awaiting.add(request.url)
         self.producer.produce(self.settings.topics.fetched_pages, orjson.dumps(record), request.url.encode())
         self.producer.poll(0)
 
@@ -309,10 +313,15 @@ class Hub:
         return True
 
     async def verdict(self, url: str) -> dict[str, Any] | None:
+        if url not in self._awaiting:
+            return None  # not a page the page stage judges (an error status let through)
         deadline = time.monotonic() + self.settings.verdict_timeout_s
-        while url not in self.verdicts and time.monotonic() < deadline:
-            await asyncio.sleep(POLL_S)
-        return self.verdicts.pop(url, None)
+        try:
+            while url not in self.verdicts and time.monotonic() < deadline:
+                await asyncio.sleep(POLL_S)
+            return self.verdicts.pop(url, None)
+        finally:
+            self._awaiting.discard(url)
 
     def close(self) -> None:
         if self._loop.running:
