@@ -96,12 +96,14 @@ def test_killing_a_scrapy_process_and_a_stage_worker_loses_no_url(kafka: KafkaCo
     finally:
         _stop(list(stages.values()))
     every_page = {f"http://{host}{path}" for host, path in site.pages}
+    lines = (f"{crawler} {url}\n" for crawler, url in zip(who, log, strict=True))
+    (tmp_path / "access.log").write_text("".join(lines))  # for a failure's post-mortem
     assert set(fetched) == every_page, sorted(every_page ^ set(fetched))[:10]
     again = {url for url, count in fetched.items() if count > 1}
-    assert max(fetched.values()) <= 2
+    assert max(fetched.values()) <= 2, fetched.most_common(3)
     first_by = {url: who[log.index(url)] for url in again}
     assert set(first_by.values()) <= {f"p{victim}"}, first_by
-    assert all(log.index(url) < killed_at for url in again)
+    assert all(log.index(url) < killed_at for url in again), (killed_at, [log.index(url) for url in again])
     assert len(again) <= buffer, sorted(again)
     print(f"killed after {killed_at} fetches; fetched again: {len(again)} (bound {buffer})")
 

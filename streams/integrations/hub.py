@@ -115,6 +115,7 @@ class Hub:
             self.revisit_reader.subscribe([topics.revisit_updates], on_assign=self._revisits_assigned,
                                           on_revoke=self._revisits_revoked, on_lost=self._revisits_revoked)
         self._paused = False
+        self._closing = False
         self._finishing: list[tuple[int, int]] = []
         self._revisits_finishing: list[tuple[int, int]] = []
         self._refetching: set[tuple[int, int]] = set()  # revisit updates whose re-fetch is under way
@@ -158,13 +159,20 @@ class Hub:
 
     def _poll(self) -> None:
         """Take new URLs while there is room, read verdicts, commit what is done (once a second)."""
-        full = len(self.queue) + self.offsets.count_in_flight >= self.settings.buffer
-        if full != self._paused:
-            assignment = self.intake.assignment()
-            (self.intake.pause if full else self.intake.resume)(assignment)
-            self._paused = full
-        for message in self.intake.consume(self.settings.buffer, timeout=0):
-            self._take(message)
+        room = self.settings.buffer - self.offsets.count_in_flight  # the queue's requests count there
+        if (room <= 0) != self._paused:
+            (self.intake.pause if room <= 0 else self.intake.resume)(self.intake.assignment())
+            self._paused = room <= 0
+        put_back: dict[int, int] = {}  # partition -> first offset not taken (no room for it)
+        for message in self.intake.consume(max(room, 1), timeout=0):
+            if message.error() is not None:
+                continue  # partition ends; librdkafka retries the rest itself
+            if room <= 0 or (message.partition() or 0) in put_back:
+                put_back.setdefault(message.partition() or 0, message.offset() or 0)
+                continue
+            room -= self._take(message)
+        for partition, offset in put_back.items():
+            self.intake.seek(TopicPartition(self.settings.topics.new_urls, partition, offset))
         if self.verdict_reader is not None:
             for message in self.verdict_reader.consume(1000, timeout=0):
                 if message.error() is None:
@@ -222,12 +230,11 @@ class Hub:
             self._refetching.discard((partition, offset))
         self._finishing, self._revisits_finishing = [], []
 
-    def _take(self, message: Message) -> None:
-        if message.error() is not None:  # partition ends; librdkafka retries the rest itself
-            return
+    def _take(self, message: Message) -> int:
+        """Hand the new URL to the engine; 1, or 0 for one done before a restart."""
         partition, offset = message.partition() or 0, message.offset() or 0
         if not self.offsets.take(partition, offset):
-            return
+            return 0
         record = orjson.loads(message.value() or b"{}")
         wanted = record.get("scrapy") or {}
         request = request_from_dict({**wanted, "url": record["canonical"]}, spider=self.spider)
@@ -236,6 +243,7 @@ class Hub:
         self.last_new_s = time.monotonic()
         assert self.crawler.engine is not None
         self.crawler.engine.crawl(request)
+        return 1
 
     def _failing(self, request: Request, errback: Any) -> Any:
         """The request's errback, marking it done first (a failed fetch is not tried again)."""
@@ -249,6 +257,8 @@ class Hub:
         return failed
 
     def _commit(self) -> None:
+        if self._closing:
+            return
         self._settle()
         self._commit_due_s = time.monotonic() + 1.0
         commits = self.offsets.commits(self.settings.topics.new_urls)
@@ -258,8 +268,10 @@ class Hub:
         try:
             if commits:
                 self.intake.commit(offsets=commits, asynchronous=False)
+                self.offsets.committed()
             if revisits and self.revisit_reader is not None:
                 self.revisit_reader.commit(offsets=revisits, asynchronous=False)
+                self.revisit_offsets.committed()
         except KafkaException as error:  # a rebalance under way: the next turn commits again
             log.warning("crawl-dedup: commit refused (%s); committing again shortly", error)
 
@@ -324,14 +336,18 @@ class Hub:
             self._awaiting.discard(url)
 
     def close(self) -> None:
+        """Commit what is done, then close the clients; their last revocations commit nothing more
+        (each would commit both consumers, one of them closed already)."""
         if self._loop.running:
             self._loop.stop()
         self._commit()
-        self.intake.close()
-        if self.revisit_reader is not None:
-            self.revisit_reader.close()
-        if self.verdict_reader is not None:
-            self.verdict_reader.close()
+        self._closing = True
+        for consumer in (self.revisit_reader, self.verdict_reader, self.intake):
+            if consumer is not None:
+                try:
+                    consumer.close()
+                except Exception:  # noqa: BLE001 - closing: nothing to save any more
+                    log.exception("crawl-dedup: closing a consumer failed")
         self.producer.flush(30)
 
 

@@ -40,6 +40,10 @@ class Offsets:
         self.done.setdefault(partition, set()).update(in_flight - dropped)
         self.in_flight[partition] = in_flight & dropped
 
+    def committed(self) -> None:
+        """The last :meth:`commits` are committed: what finished before them is safe."""
+        self.uncommitted = 0
+
     def take(self, partition: int, offset: int) -> bool:
         """Whether to fetch this record: False for one done before a restart."""
         self.next[partition] = offset + 1
@@ -60,8 +64,8 @@ class Offsets:
         return sum(len(offsets) for offsets in self.in_flight.values()) + self.uncommitted
 
     def commits(self, topic: str) -> list[TopicPartition]:
-        """Each partition's lowest offset in flight (or next), the offsets done past it as metadata."""
-        self.uncommitted = 0
+        """Each partition's lowest offset in flight (or next), the offsets done past it as metadata;
+        :meth:`committed` once the broker took them."""
         out = []
         for partition, upto in self.next.items():
             low = min(self.in_flight[partition], default=upto)
