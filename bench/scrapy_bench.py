@@ -1,8 +1,7 @@
 """Scrapy on crawl-dedup beside Scrapy on scrapy-redis: the same site, spider, processes and concurrency.
 
 The site is bench/scrapy_site.py (articles on four hosts, every link under another spelling,
-mirrors on another host, near copies; and the shared corpus's real pages, with every tenth
-mirrored, when ``../shared/corpus`` is there), served on 127.0.0.1 as the crawlers' HTTP proxy; its access
+mirrors on another host, near copies), served on 127.0.0.1 as the crawlers' HTTP proxy; its access
 log says what was fetched. Each side runs two ``scrapy crawl site`` processes of the example
 project (examples/scrapy) until the crawl is done:
 
@@ -46,7 +45,6 @@ from confluent_kafka.admin import AdminClient
 
 from bench import harness as h
 from bench import scrapy_site
-from bench.neardup_set import CORPUS, load_sources
 from streams import config
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
@@ -87,7 +85,7 @@ def start_scrapy(proxy: str, items: Path, log: Path, settings: list[str],
                  env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """``scrapy crawl site`` of the example project through ``proxy``, items as JSON lines."""
     command = [sys.executable, "-m", "scrapy", "crawl", "site", "-o", str(items), "-s", "LOG_LEVEL=INFO",
-               "-s", "SITE_ALLOWED_DOMAINS=test"]  # the corpus pages' own links lead off the site
+               "-s", "SITE_ALLOWED_DOMAINS=test"]  # the local site only
     command += [part for setting in settings for part in ("-s", setting)]
     environment = {**os.environ, **(env or {}), "http_proxy": proxy,
                    "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(PROJECT_ROOT)])}
@@ -205,11 +203,6 @@ def main() -> None:
     args = parser.parse_args()
     site = scrapy_site.build(pages=args.pages, seed=5, mirrors=args.pages // 10, near=args.pages // 15,
                              changing=args.pages // 15)
-    sources = load_sources() if CORPUS.exists() else []
-    if sources:  # the shared corpus's real pages too, when it is there
-        scrapy_site.add_corpus(site, [source.html for source in sources], args.pages, seed=5)
-    else:
-        print(f"{CORPUS} is absent: generated pages only")
     kafka = h.broker()
     with tempfile.TemporaryDirectory(prefix="scrapy-bench-") as scratch:
         rows = [run_stage(kafka, site, Path(scratch) / "stage", args.processes),

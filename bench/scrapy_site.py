@@ -76,33 +76,6 @@ def _html(title: str, paragraphs: list[str], links: list[str]) -> str:
             f"<article><h1>{title}</h1>{body}</article></body></html>")
 
 
-def _with_links(html: str, links: list[str]) -> str:
-    """A real page with a list of links added before its end (its own links are left as they are)."""
-    anchors = "".join(f'<li><a href="{href}">link</a></li>' for href in links)
-    at = html.lower().rfind("</body>")
-    return (html[:at] + f"<ul>{anchors}</ul>" + html[at:]) if at >= 0 else html + f"<ul>{anchors}</ul>"
-
-
-def add_corpus(site: Site, html_pages: list[str], pages: int, seed: int) -> None:
-    """Real pages (the shared corpus's) on hosts ``real<k mod 4>.test``, each linked from article
-    ``k`` and linking on to the next; every tenth mirrored, whole, on ``mirror.test`` (same bytes)."""
-    rng = random.Random(seed)
-    for number, html in enumerate(html_pages):
-        host, path = f"real{number % HOSTS}.test", f"/r/{number}.html"
-        links = [f"http://real{(number + 1) % HOSTS}.test/r/{(number + 1) % len(html_pages)}.html",
-                 url_of(rng.randrange(pages))]
-        if number % 10 == 0:
-            links.append(f"http://mirror.test/r/{number}.html")
-        page = _with_links(html, links)
-        site.pages[(host, path)] = page
-        if number % 10 == 0:
-            site.pages[("mirror.test", path)] = page
-            site.clusters.append({f"http://{host}{path}", f"http://mirror.test{path}"})
-        article = (host_of(number % pages), f"/p/{number % pages}.html")
-        site.pages[article] = site.pages[article].replace("</ul></nav>", f'<li><a href="http://{host}{path}">'
-                                                                           "link</a></li></ul></nav>", 1)
-
-
 def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, changing: int = 20) -> Site:
     rng = random.Random(seed)
     texts = {number: _paragraphs(rng, 6) for number in range(pages)}
