@@ -24,7 +24,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from streams import config, kafka_local
-from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
+from streams.errors import RuntimeFailure
+from streams.runtime.kafka_io import KafkaConfig, produce_all, read_from, read_to_end
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,25 +154,15 @@ def caught_up(kafka: KafkaConfig, group: str, topic: str, timeout_s: float = 30.
 
 
 def _nothing_after(kafka: KafkaConfig, positions: list[TopicPartition], timeout_s: float) -> bool:
-    reader = Consumer(kafka.consumer(fresh_name("caught-up"), **{"enable.partition.eof": True}))
+    # No committed offset (OFFSET_INVALID, -1001): from the beginning.
+    starts = [TopicPartition(tp.topic, tp.partition, max(tp.offset, OFFSET_BEGINNING)) for tp in positions]
+    records = read_from(kafka, starts, timeout_s)
     try:
-        # No committed offset (OFFSET_INVALID, -1001): from the beginning.
-        reader.assign([TopicPartition(tp.topic, tp.partition, max(tp.offset, OFFSET_BEGINNING))
-                       for tp in positions])
-        open_partitions = {tp.partition for tp in positions}
-        deadline = time.monotonic() + timeout_s
-        while open_partitions and time.monotonic() < deadline:
-            for message in reader.consume(100, timeout=1):
-                error = message.error()
-                if error is None:
-                    return False  # a committed record the group has not committed past
-                if error.code() == KafkaError._PARTITION_EOF:
-                    open_partitions.discard(message.partition())
-        return not open_partitions
-    except KafkaException:
+        return next(records, None) is None  # a record: one the group has not committed past
+    except (KafkaException, RuntimeFailure):  # not at the end in time, or a fatal error
         return False
     finally:
-        reader.close()
+        records.close()
 
 
 @dataclass

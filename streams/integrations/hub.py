@@ -124,8 +124,7 @@ class Hub:
         self._loop.start(POLL_S, now=False)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in consumer.committed(partitions, timeout=30):
-            self.offsets.assigned(tp.partition, tp.offset, tp.metadata)
+        self.offsets.assigned_at(consumer.committed(partitions, timeout=30))
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Requests of these partitions not yet handed to the downloader go back to the group; those
@@ -185,8 +184,7 @@ class Hub:
             self._commit()
 
     def _revisits_assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in consumer.committed(partitions, timeout=30):
-            self.revisit_offsets.assigned(tp.partition, tp.offset, tp.metadata)
+        self.revisit_offsets.assigned_at(consumer.committed(partitions, timeout=30))
 
     def _revisits_revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}

@@ -29,6 +29,11 @@ class Offsets:
         self.in_flight[partition] = set()
         self.done[partition] = {committed + int(delta) for delta in (metadata or "").split(",") if delta}
 
+    def assigned_at(self, committed: list[TopicPartition]) -> None:
+        """Newly assigned partitions, each at its committed offset and metadata."""
+        for tp in committed:
+            self.assigned(tp.partition, tp.offset, tp.metadata)
+
     def revoked(self, partition: int) -> None:
         for table in (self.next, self.in_flight, self.done):
             table.pop(partition, None)

@@ -15,16 +15,21 @@ for the group to empty, so a worker that joined in between reads the mark once i
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
-from streams.errors import RuntimeFailure, StaleGeneration
-from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics
+from streams.errors import StaleGeneration
+from streams.runtime.kafka_io import (
+    COMPACTED,
+    KafkaConfig,
+    TopicSpec,
+    ensure_topics,
+    partition_count,
+    read_from,
+)
 from streams.topics import Topics
 
 RECORD_KEY = b"generation"
@@ -55,34 +60,14 @@ class Generation:
                    fields.get("moving_shards"))
 
 
-def topic_exists(kafka: KafkaConfig, topic: str, timeout_s: float = 30.0) -> bool:
-    return topic in AdminClient(kafka.admin()).list_topics(timeout=timeout_s).topics
-
-
 def read_generation(kafka: KafkaConfig, topic: str, timeout_s: float = 30.0) -> Generation | None:
     """The last record of ``topic`` (read_committed); None when the stage was never resharded."""
-    if not topic_exists(kafka, topic, timeout_s):
+    if partition_count(kafka, topic, timeout_s) is None:
         return None
-    consumer = Consumer(kafka.consumer(f"{topic}.reader", **{"enable.partition.eof": True}))
     found: bytes | None = None
-    deadline = time.monotonic() + timeout_s
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        while True:
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"could not read {topic} to its end in {timeout_s:.0f} s")
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is None:
-                found = message.value() if message.key() == RECORD_KEY else found
-            elif error.code() == KafkaError._PARTITION_EOF:
-                break
-            elif error.fatal():
-                raise RuntimeFailure(f"reading {topic}: {error}")
-    finally:
-        consumer.close()
+    for message in read_from(kafka, [TopicPartition(topic, 0, OFFSET_BEGINNING)], timeout_s):
+        if message.key() == RECORD_KEY:
+            found = message.value()
     return None if found is None else Generation.decode(found)
 
 

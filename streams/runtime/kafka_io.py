@@ -253,6 +253,13 @@ def read_to_end(kafka: KafkaConfig, topic: str, idle_s: float = 0.0) -> Iterator
         consumer.close()
 
 
+def partition_count(kafka: KafkaConfig, topic: str, timeout_s: float = 30.0) -> int | None:
+    """How many partitions ``topic`` has; None when it does not exist (asked of the cluster's
+    metadata as a whole: asking for one topic by name could create it where auto-creation is on)."""
+    found = AdminClient(kafka.admin()).list_topics(timeout=timeout_s).topics.get(topic)
+    return None if found is None else len(found.partitions)
+
+
 def read_from(kafka: KafkaConfig, positions: list[TopicPartition],
               timeout_s: float = 600.0) -> Iterator[Message]:
     """Every committed record from ``positions`` (-2: the beginning) to each partition's end."""

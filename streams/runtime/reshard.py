@@ -38,12 +38,13 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.errors import ReshardRefused, RuntimeFailure, StateError
-from streams.runtime.generations import Generation, read_generation, topic_exists, write_generation
+from streams.runtime.generations import Generation, read_generation, write_generation
 from streams.runtime.kafka_io import (
     COMPACTED,
     KafkaConfig,
     TopicSpec,
     ensure_topics,
+    partition_count,
     pending_records,
     read_from,
 )
@@ -138,7 +139,7 @@ def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
     found = read_generation(kafka, _generations_topic(plan))
     if found is None:
         changelog = plan.topics.changelog(plan.app_id, plan.stage, 0)
-        partitions = _partition_count(kafka, changelog)
+        partitions = partition_count(kafka, changelog)
         if partitions is None:
             raise ReshardRefused(f"{plan.stage} of {plan.app_id} has no state yet ({changelog} does not "
                                  f"exist): start its workers with shards={plan.shards} instead")
@@ -153,11 +154,6 @@ def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
     write_generation(kafka, _generations_topic(plan),
                      Generation(current.number, current.shards, target, plan.shards), plan.replication_factor)
     return current, target
-
-
-def _partition_count(kafka: KafkaConfig, topic: str) -> int | None:
-    found = AdminClient(kafka.admin()).list_topics(timeout=30).topics.get(topic)
-    return None if found is None else len(found.partitions)
 
 
 def _wait_until_stopped(kafka: KafkaConfig, group: str, wait_s: float) -> None:
@@ -178,7 +174,7 @@ def _wait_until_stopped(kafka: KafkaConfig, group: str, wait_s: float) -> None:
 
 def _check_drained(kafka: KafkaConfig, group: str, shard_topic: str) -> None:
     """Every record of the shard topic is decided: nothing committed lies past the group's offsets."""
-    count = _partition_count(kafka, shard_topic)
+    count = partition_count(kafka, shard_topic)
     if count is None:
         return
     undecided = pending_records(kafka, group, shard_topic, count)
@@ -200,7 +196,7 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move
     """Each old partition's live entries, placed by ``move``; identity entries to every new shard.
     Returns (entries read, entries written). A partition is read whole before its entries are placed
     (a compacted changelog may still hold a key's older values, and its tombstones)."""
-    count = _partition_count(kafka, old_changelog) or 0
+    count = partition_count(kafka, old_changelog) or 0
     producer = _Writer(kafka, new_changelog)
     read = 0
     for partition in range(count):
@@ -267,10 +263,10 @@ def _switch(kafka: KafkaConfig, plan: ReshardPlan, generation: Generation) -> No
 
 
 def _delete_topics(kafka: KafkaConfig, names: list[str]) -> None:
-    existing = [name for name in names if topic_exists(kafka, name)]
+    admin = AdminClient(kafka.admin())  # held until every future is answered
+    existing = [name for name in names if name in admin.list_topics(timeout=30).topics]
     if not existing:
         return
-    admin = AdminClient(kafka.admin())  # held until every future is answered
     for name, future in admin.delete_topics(existing, operation_timeout=30).items():
         try:
             future.result()
