@@ -24,7 +24,7 @@ import os
 import sysconfig
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 
 ROOT = Path(__file__).resolve().parent
 # The modules every record passes through, and what they call per record. Not here: modules whose
@@ -86,4 +86,12 @@ def _extensions() -> list[object]:
     return list(mypycify([*options, *COMPILED], opt_level="3", debug_level="0", group_name=GROUP))
 
 
-setup(ext_modules=_extensions())
+# What the package reads at run time travels inside it, read with importlib.resources: the record
+# schemas, whose one source is the top-level schemas/ the design card names (streams/schemas is a
+# symbolic link to it, so a build copies the files in and an editable install reads them in place),
+# and the pinned Kafka release's manifest (written from kafka/pom.xml by tools/kafka_release.py).
+PACKAGE_DATA = {"streams": ["schemas/*.schema.json", "kafka_release.json", "py.typed"]}
+
+setup(packages=find_namespace_packages(include=["streams", "streams.*"], exclude=["*__pycache__"]),
+      package_data=PACKAGE_DATA,
+      ext_modules=_extensions())

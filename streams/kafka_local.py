@@ -1,11 +1,13 @@
 """A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the demo and benchmarks.
 
-Why a project-run broker: nothing on PyPI, npm or Debian ships a Kafka broker, and the Apache
-download archive is not reachable here, so the broker's jars come from Maven Central through
-``kafka/pom.xml`` (which pins the release) into the git-ignored ``.kafka/lib``. This module writes a
-``server.properties``, formats the log directory once (``kafka.tools.StorageTool format``), starts
+Why a project-run broker: nothing on PyPI, npm or Debian ships a Kafka broker, so the pinned
+release's jars come from Maven Central into the per-user cache (:mod:`streams.kafka_release`), and
+the broker runs from there: an installed package needs no checkout and no Maven. This module writes
+a ``server.properties``, formats the log directory once (``kafka.tools.StorageTool format``), starts
 ``kafka.Kafka`` as a detached JVM and records its pid, so ``start``/``stop``/``status`` work across
-shell sessions.
+shell sessions. A broker's folder (``broker-<port>`` beside the release in the cache) holds its
+data: the local broker is for development, tests and demos, disposable like a cache
+(``kafka wipe`` deletes it).
 
 When ``KAFKA_BOOTSTRAP_SERVERS`` is set nothing here is used: callers take that cluster instead
 (see :func:`streams.config.bootstrap_servers`).
@@ -18,21 +20,20 @@ SIGKILLed worker's open transaction is aborted promptly once its successor fence
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from streams import kafka_release
 from streams.errors import BrokerError
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-KAFKA_HOME = PROJECT_ROOT / ".kafka"
-POM = PROJECT_ROOT / "kafka" / "pom.xml"
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 
@@ -47,7 +48,7 @@ class LocalBroker:
     port: int = 19092
     controller_port: int = 19093
     heap_mb: int = 768
-    home: Path = KAFKA_HOME
+    home: Path = field(default_factory=kafka_release.cache_root)
     # A second client listener, SASL_PLAINTEXT with SCRAM-SHA-512, when set: how the project tests
     # that security settings reach every client. The credentials are created at format time.
     scram_port: int | None = None
@@ -69,7 +70,7 @@ class LocalBroker:
 
     @property
     def lib_dir(self) -> Path:
-        return self.home / "lib"
+        return kafka_release.lib_dir(kafka_release.pinned(), self.home)
 
     @property
     def run_dir(self) -> Path:
@@ -89,19 +90,8 @@ class LocalBroker:
 
 
 def ensure_jars(broker: LocalBroker) -> None:
-    """Copy the pinned Kafka release and its dependencies from Maven Central, once."""
-    if any(broker.lib_dir.glob("kafka_2.13-*.jar")):
-        return
-    if shutil.which("mvn") is None:
-        raise BrokerError("Maven (mvn) is needed to fetch the Kafka jars from Maven Central")
-    broker.lib_dir.mkdir(parents=True, exist_ok=True)
-    command = [
-        "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-        f"-DoutputDirectory={broker.lib_dir}", "-DincludeScope=runtime",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise BrokerError(f"mvn could not fetch the Kafka jars:\n{result.stdout}\n{result.stderr}")
+    """The pinned Kafka release in the broker's cache, fetched from Maven Central once."""
+    kafka_release.ensure(kafka_release.pinned(), broker.home, kafka_release.repository(), sys.stderr)
 
 
 def _properties(broker: LocalBroker) -> str:
@@ -167,10 +157,15 @@ def _log4j_config(broker: LocalBroker) -> Path:
 
 def _java(broker: LocalBroker, main_class: str, *args: str, heap_mb: int = 256) -> list[str]:
     return [
-        "java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        _java_executable(), f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={_log4j_config(broker)}",
         "-cp", str(broker.lib_dir / "*"), main_class, *args,
     ]
+
+
+@functools.cache
+def _java_executable() -> str:
+    return kafka_release.java()
 
 
 def _format_storage(broker: LocalBroker, config: Path) -> None:
@@ -217,6 +212,7 @@ def start(broker: LocalBroker, timeout_s: float = 90.0) -> str:
         return broker.bootstrap
     if _port_open(broker.port):
         raise BrokerError(f"port {broker.port} is taken by another process; choose another --port")
+    _java_executable()  # before a download that would be of no use without it
     ensure_jars(broker)
     broker.run_dir.mkdir(parents=True, exist_ok=True)
     config = broker.run_dir / "server.properties"

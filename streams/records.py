@@ -1,10 +1,11 @@
 """Records of the shared topics: decode and validate input, encode output, build dead letters.
 
-Every topic record is one JSON object (RFC 8259) whose shape is fixed by a JSON Schema (draft-07) file in
-``schemas/``, named after :class:`RecordKind`. Those files are the contract with the crawler's other tools,
-so this module reads them rather than restating them: the schemas are compiled once, lazily, with
-fastjsonschema (which generates Python code from *our* schema files only; record data is only ever
-parsed by orjson, never evaluated).
+Every topic record is one JSON object (RFC 8259) whose shape is fixed by a JSON Schema (draft-07) file
+in ``schemas/``, named after :class:`RecordKind` (the package carries them as ``streams/schemas``,
+read with importlib.resources, so an installed package needs no checkout). Those files are the
+contract with the crawler's other tools, so this module reads them rather than restating them: the
+schemas are compiled once, lazily, with fastjsonschema (which generates Python code from *our*
+schema files only; record data is only ever parsed by orjson, never evaluated).
 
 A bad input record is not an error of the worker: :func:`decode` turns every problem into
 :class:`~streams.errors.RecordRejected` with a short reason code, and the runtime writes a
@@ -26,7 +27,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, Final
 
 import fastjsonschema
@@ -37,7 +39,7 @@ from streams.errors import ConfigError, RecordRejected
 from streams.plain import plain_checker
 
 SCHEMA_VERSION: Final = 1
-SCHEMA_DIR: Final = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR: Final[Traversable] = resources.files("streams") / "schemas"
 DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_DEAD_LETTER_VALUE_BYTES: Final = 512 * 1024
 DEAD_LETTER_KEY_BYTES: Final = 16 * 1024
@@ -69,7 +71,7 @@ class RecordKind(enum.Enum):
     DEAD_LETTER = "dead_letter"
 
     @property
-    def schema_path(self) -> Path:
+    def schema_path(self) -> Traversable:
         """The JSON Schema file describing this kind of record."""
         return SCHEMA_DIR / f"{self.value}.schema.json"
 
@@ -136,7 +138,7 @@ class _Codec:
 
 
 def load_schema(kind: RecordKind) -> dict[str, Any]:
-    """Read the JSON Schema of ``kind`` from ``schemas/`` (a fresh copy on every call)."""
+    """Read the JSON Schema of ``kind`` from the package's ``schemas`` (a fresh copy on every call)."""
     try:
         loaded = orjson.loads(kind.schema_path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as error:

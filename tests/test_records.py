@@ -224,7 +224,8 @@ def _subschemas(node: Any, path: str = "#") -> Iterator[tuple[str, dict[str, Any
 
 
 def test_every_kind_has_a_schema_file_and_every_file_a_kind() -> None:
-    assert {path.name for path in SCHEMA_DIR.glob("*.json")} == {kind.schema_path.name for kind in RecordKind}
+    found = {path.name for path in SCHEMA_DIR.iterdir() if path.name.endswith(".json")}
+    assert found == {kind.schema_path.name for kind in RecordKind}
 
 
 @pytest.mark.parametrize("kind", list(RecordKind))
