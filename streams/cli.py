@@ -1,4 +1,4 @@
-"""Command line: ``python -m streams <command>`` (also installed as ``crawl-dedup``).
+"""Command line: ``crawl-dedup <command>`` (the console script; ``python -m streams`` is the same).
 
 Each command is a thin adapter: parse arguments, load settings at the edge, call the core or the
 runtime. ``--help`` on every command lists its options.
@@ -10,12 +10,13 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from streams import config, kafka_local, registry
 from streams.cluster import kafka_config
@@ -34,6 +35,10 @@ Handler = Callable[[argparse.Namespace], int]
 def _kafka(args: argparse.Namespace) -> int:
     broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1,
                                      scram_port=args.scram_port)
+    if args.action == "fetch":
+        kafka_local.ensure_jars(broker)
+        print(broker.lib_dir)
+        return 0
     external = config.bootstrap_servers()
     if external and args.action in {"start", "stop"}:
         print(f"KAFKA_BOOTSTRAP_SERVERS={external} is set: using that cluster, no local broker")
@@ -228,7 +233,9 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
 
 def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
     command = commands.add_parser(
-        "reshard", help="move a stage's state to another shard count (its workers drained and stopped)")
+        "reshard", help="move a stage's state to another shard count",
+        description="Move a stage's state to another shard count; its workers must be drained "
+                    "(--drain) and stopped first.")
     command.add_argument("--stage", required=True, choices=[spec.name for spec in stages])
     command.add_argument("--shards", type=int, required=True, help="the new shard count")
     command.add_argument("--app-id", default=None)
@@ -250,22 +257,60 @@ def add_stage_command(commands: Any, spec: StageSpec) -> None:
     command.set_defaults(handler=partial(run_spec, spec))
 
 
-def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m streams", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=None, help="TOML settings file")
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
-    commands = parser.add_subparsers(dest="command", required=True)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_LEVEL_ENV = "STREAMS_LOG_LEVEL"
+DEFAULT_LOG_LEVEL = "warning"
 
-    kafka = commands.add_parser("kafka", help="run the local single-node KRaft broker")
-    kafka.add_argument("action", choices=["start", "stop", "status", "wipe"])
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line and exit 2 (argparse prints the usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """``--config`` and ``--log-level``, accepted before and after the command: the subcommands take
+    them too, with no default of their own, so one given before the command is not overwritten."""
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--config", type=Path, default=default(None),
+                        help="TOML settings file (also STREAMS_CONFIG)")
+    parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
+                        default=default(os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower()),
+                        help=f"what to log (default {DEFAULT_LOG_LEVEL}, or {LOG_LEVEL_ENV})")
+
+
+def _add_kafka_command(commands: Any) -> None:
+    kafka = commands.add_parser(
+        "kafka", help="the local KRaft broker (development, tests)",
+        description="A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for development, tests and "
+                    "the demo. Its pinned release is fetched from Maven Central into the user's cache on "
+                    "first use (CRAWL_DEDUP_CACHE_DIR, else XDG_CACHE_HOME/crawl-dedup, else "
+                    "~/.cache/crawl-dedup; CRAWL_DEDUP_MAVEN_REPOSITORY names a mirror); it needs Java 17 "
+                    "or later. fetch only fetches the release.")
+    kafka.add_argument("action", choices=["start", "stop", "status", "wipe", "fetch"])
     kafka.add_argument("--port", type=int, default=19092, help="client port (controller: port+1)")
     kafka.add_argument("--scram-port", type=int, default=None,
                        help="also listen with SASL_PLAINTEXT/SCRAM-SHA-512 here (user crawl, password "
                             "crawl-secret; set when the data directory is first formatted)")
     kafka.set_defaults(handler=_kafka)
 
+
+def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentParser:
+    parser = _Parser(prog=_prog(), description=DESCRIPTION,
+                     epilog=f"Each command has its own --help. Start with: {_prog()} kafka start; "
+                            f"{_prog()} demo.")
+    parser.add_argument("--version", action=_Version, nargs=0, help="the version, build and tested pins")
+    _add_global_options(parser, defaults=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_kafka_command(commands)
+
     first = commands.add_parser(
-        "first-seen", help="the runtime's minimal stateful processor (benchmarks and crash tests)")
+        "first-seen", help="a minimal stateful processor (benchmarks)",
+        description="The runtime's minimal stateful processor: the first record of each key, once "
+                    "(benchmarks and crash tests).")
     first.add_argument("--input", required=True, help="keyed input topic (also the shard topic)")
     first.add_argument("--output", required=True)
     _add_worker_options(first, offline=False)
@@ -275,7 +320,8 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
         add_stage_command(commands, spec)
 
     migrate = commands.add_parser(
-        "url-dedup-migrate", help="re-fingerprint the URL seen-set for new canonicalization settings")
+        "url-dedup-migrate", help="re-fingerprint the URL seen-set",
+        description="Re-fingerprint the URL stage's seen-set for new canonicalization settings.")
     migrate.add_argument("--app-id", default=None)
     migrate.add_argument("--topic-prefix", default=None)
     registry.add_url_options(migrate)
@@ -284,7 +330,8 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
     _add_reshard_command(commands, stages)
 
     canonicalize = commands.add_parser(
-        "canonicalize", help="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines")
+        "canonicalize", help="canonical URLs and fingerprints of stdin's URLs",
+        description="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines.")
     registry.add_url_options(canonicalize)
     canonicalize.set_defaults(handler=_canonicalize)
 
@@ -297,14 +344,37 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
     replay.add_parser(commands)
     tail.add_parser(commands)
 
-    demo = commands.add_parser("demo", help="run the stages end to end on a generated crawl")
+    demo = commands.add_parser("demo", help="the stages end to end on a generated crawl")
     demo.set_defaults(handler=_demo)
+    for command in commands.choices.values():
+        _add_global_options(command, defaults=False)
     return parser
+
+
+DESCRIPTION = ("Kafka-native de-duplication for web crawlers: which discovered URLs are new, which "
+               "fetched pages are copies, when to fetch each URL again.")
+
+
+def _prog() -> str:
+    return "python -m streams" if Path(sys.argv[0]).name == "__main__.py" else "crawl-dedup"
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from streams.version import version_text
+
+        sys.stdout.write(version_text())
+        parser.exit(0)
 
 
 def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.STAGES) -> int:
     """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
     its own with ``main(stages=[its_spec])``, as tests/test_registry_kafka.py does)."""
+    if os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower() not in LOG_LEVELS:
+        print(f"{_prog()}: error: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r} is not one of "
+              f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
+        return 2
     args = _parser(stages).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -314,3 +384,23 @@ def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = regist
     except StreamsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # noqa: BLE001 - only Kafka's own errors are explained, others re-raised
+        explained = _kafka_failure(error)
+        if explained is None:
+            raise
+        print(f"error: {explained}", file=sys.stderr)
+        return 2
+
+
+def _kafka_failure(error: Exception) -> str | None:
+    """One line for a Kafka client error a command could not go on after (the cluster unreachable,
+    a topic missing, access refused): what the client said, and which cluster it asked."""
+    from confluent_kafka import KafkaException
+
+    if not isinstance(error, KafkaException):
+        return None
+    detail = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
+    cluster = config.bootstrap_servers() or "the local broker (crawl-dedup kafka start)"
+    return f"Kafka: {detail} (cluster: {cluster}; KAFKA_BOOTSTRAP_SERVERS names another)"

@@ -83,8 +83,9 @@ def _handler(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any) -> None:
     command = commands.add_parser(
-        "lag", help="consumer lag of each stage group, per topic (end offset at read_committed "
-                    "minus the committed offset; the same figures the workers export)")
+        "lag", help="consumer lag of each stage, per topic",
+        description="Consumer lag of each stage group, per topic: the end offset at read_committed "
+                    "minus the committed offset, the same figures the workers export.")
     command.add_argument("--app-id", default=None, help="application id (default from settings)")
     command.add_argument("--topic-prefix", default=None, help="prefix of every topic name")
     command.add_argument("--stage", action="append", choices=sorted(_stage_names()),

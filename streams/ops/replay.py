@@ -315,11 +315,12 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(k.startswith("error:") and v for k, v in tally.items()) else 0
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Any) -> None:
     """Register ``replay`` on the CLI."""
     command = commands.add_parser(
-        "replay", help="feed WARC files and JSON lines into the frontier and fetched-pages topics",
-        description="WARC response records (and 304 revisits) become fetched pages keyed by URL, the "
+        "replay", help="feed WARC files and JSON lines into the topics",
+        description="Feeds the frontier and fetched-pages topics. WARC response records (and 304 "
+                    "revisits) become fetched pages keyed by URL, the "
                     "links of their 2xx HTML pages frontier records; JSON lines are produced as they "
                     "are. Prints a summary; exits 1 when some record was not delivered.")
     command.add_argument("files", nargs="+", metavar="FILE",

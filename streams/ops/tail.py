@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(commands: Any) -> None:
     """Register ``tail`` on the CLI."""
     command = commands.add_parser(
         "tail", help="print a topic's committed records as JSON lines",
