@@ -1,4 +1,5 @@
-# make            the virtual environment (.venv) and the Kafka jars (.kafka/lib)
+# make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
+#                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
 # make test       lint, type check, the unit tests uncompiled, and the test suite (starts and stops
 #                 its own broker)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
@@ -11,9 +12,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
-JARS := .kafka/lib/.complete
+JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars test lint unit unit-pure reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -34,10 +35,11 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	touch $@
 
+# The release streams/kafka_release.json pins (tools/kafka_release.py writes it from kafka/pom.xml),
+# checked by SHA-256, in the user's cache: the same code path an installed package takes.
 jars: $(JARS)
-$(JARS): kafka/pom.xml
-	rm -rf .kafka/lib
-	mvn -q -B -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/.kafka/lib -DincludeScope=runtime
+$(JARS): $(STAMP) streams/kafka_release.json
+	$(PY) -m streams kafka fetch
 	touch $@
 
 lint: venv
@@ -60,8 +62,14 @@ unit-pure: venv
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
 	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
 
-test: venv jars lint unit-pure
+test: venv jars lint unit-pure wheel-check
 	$(PY) -m pytest -m "not slow" -q
+
+# The package as an operator installs it (tools/wheel_check.py): the wheel built from a clean clone,
+# installed into a new virtualenv and run from elsewhere, offline and against a broker it starts
+# from an empty release cache; then the Scrapy tests at the lowest Scrapy release supported.
+wheel-check: venv
+	$(PY) tools/wheel_check.py
 
 # The long reliability suite (issue 7): the slow-marked tests, not part of make test.
 reliability: venv jars
@@ -123,5 +131,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) $(QUIX_VENV) .kafka state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete

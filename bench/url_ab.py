@@ -1,8 +1,11 @@
 """The URL stage of two checkouts, side by side on one frontier (a change's A/B).
 
     python -m bench.url_ab --other /path/to/checkout [--records 2000000] [--rounds 3]
+    python -m bench.url_ab --other-python /path/to/venv/bin/python    # an installed wheel
 
-``--other`` is a clone built as CI builds it (``make``: its own ``.venv``, hot path compiled). Each
+``--other`` is a clone built as CI builds it (``make``: its own ``.venv``, hot path compiled);
+``--other-python`` an interpreter with the package installed (from a wheel), run from an empty
+directory so that no checkout is importable. Each
 round runs both stages on the same frontier in alternating order (this machine is shared: the
 order must not favour one), then the one-hop passthrough, the same yardstick as ``make bench-url``.
 Prints each round and the best round of each; a speed change is the ratio of the two bests.
@@ -22,7 +25,9 @@ from streams.topics import Topics
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--other", type=Path, required=True, help="the checkout to compare with")
+    other = parser.add_mutually_exclusive_group(required=True)
+    other.add_argument("--other", type=Path, help="the checkout to compare with")
+    other.add_argument("--other-python", help="an interpreter with the package installed, to compare with")
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -32,11 +37,13 @@ def main() -> int:
     h.create_topics(kafka, [source], PARTITIONS)
     lines, _distinct = frontier(args.records)
     h.produce(kafka, source, ((None, value) for value in lines))
-    trees = {"this": h.PROJECT_ROOT, "other": args.other.resolve()}
+    trees = {"this": h.PROJECT_ROOT, "other": args.other.resolve() if args.other else work}
+    pythons = {"this": None, "other": args.other_python}
     rates: dict[str, list[int]] = {"this": [], "other": [], "passthrough, 1 hop": []}
     for round_ in range(args.rounds):
         for name in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
-            run = stage_rate(kafka, prefix, args.records, work, f"{name}{round_}", tree=trees[name])
+            run = stage_rate(kafka, prefix, args.records, work, f"{name}{round_}", tree=trees[name],
+                             python=pythons[name])
             rates[name].append(run["urls_per_s"])
         yardstick = passthrough_rate(kafka, source, args.records, work, hops=1)
         rates["passthrough, 1 hop"].append(yardstick["urls_per_s"])

@@ -48,11 +48,13 @@ PYTHON = sys.executable
 
 
 def stage_rate(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: str,
-               tree: Path = h.PROJECT_ROOT) -> dict[str, Any]:
+               tree: Path = h.PROJECT_ROOT, python: str | None = None) -> dict[str, Any]:
     """The stage's steady rate on ``prefix``'s frontier; ``tree``: the checkout to run (its own
-    virtualenv's Python, from its own directory), for A/B runs (bench/url_ab.py)."""
+    virtualenv's Python, from its own directory), for A/B runs (bench/url_ab.py); ``python``: an
+    interpreter with the package installed (a wheel), run from ``tree``, here any directory."""
     topics = Topics(prefix)
-    python = PYTHON if tree == h.PROJECT_ROOT else str(tree / ".venv" / "bin" / "python")
+    if python is None:
+        python = PYTHON if tree == h.PROJECT_ROOT else str(tree / ".venv" / "bin" / "python")
     command = ["env", f"--chdir={tree}", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
                f"STREAMS_URL_DEDUP_EXPECTED_URLS={total}", python, "-m", "streams", "url-dedup",
                "--topic-prefix", prefix, "--app-id", app_id, "--worker-id", "w0", "--state-dir",
