@@ -200,9 +200,39 @@ def test_images_are_pinned(name: str) -> None:
     assert tag != "latest", f"{name}: {image}"
 
 
-def test_base_image_is_pinned() -> None:
-    (base,) = [line.split()[1] for line in DOCKERFILE.read_text().splitlines() if line.startswith("FROM ")]
-    assert ":" in base and not base.endswith(":latest")
+def test_base_images_are_pinned() -> None:
+    bases = [line.split()[1] for line in DOCKERFILE.read_text().splitlines() if line.startswith("FROM ")]
+    assert bases and all(":" in base and not base.endswith(":latest") for base in bases)
+
+
+def _dockerfile_stages() -> dict[str, list[str]]:
+    """Each build stage's instructions, by the name after ``AS``."""
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split()[-1], [])
+        elif line and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
+def test_the_image_runs_the_wheel_as_a_non_root_user() -> None:
+    """The runtime stage installs the wheel the build stage made (no editable install, no compiler)
+    and drops root; compose runs that stage under the package's version."""
+    stages = _dockerfile_stages()
+    assert set(stages) == {"build", "runtime"}
+    build, runtime = "\n".join(stages["build"]), "\n".join(stages["runtime"])
+    assert "python -m build" in build
+    assert "COPY --from=build /dist/*.whl" in runtime and "-c /tmp/constraints.txt /tmp/*.whl" in runtime
+    assert " -e " not in runtime and "gcc" not in runtime
+    assert [line.split()[1] for line in stages["runtime"] if line.startswith("USER ")] == ["crawl"]
+    assert 'ENTRYPOINT ["crawl-dedup"]' in runtime
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    assert version is not None
+    for name, spec in _stage_services().items():
+        assert spec["build"]["target"] == "runtime", name
+        assert spec["image"] == f"crawl-dedup:{version.group(1)}", name
 
 
 @pytest.mark.parametrize("name", sorted(_services()))
