@@ -46,6 +46,7 @@ lint: venv
 	$(VENV)/bin/ruff check streams tests bench tools setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
+	$(PY) tools/runtime_api.py streams
 
 unit: venv
 	$(PY) -m pytest -m "not kafka" -q

@@ -71,6 +71,7 @@ import numpy.typing as npt
 import orjson
 
 from bench.neardup_set import CORPUS
+from streams import registry
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.extract import normalise_text
@@ -227,8 +228,8 @@ def stage_offline(pairs: Sequence[Pair]) -> list[bool]:
         lines = [orjson.dumps({**page_record(doc, text), "fetched_at": f"2009-01-0{day}T00:00:00Z"})
                  for day, doc, text in zip((1, 2), ids, (pair.a, pair.b), strict=True)]
         with tempfile.TemporaryFile() as sink:
-            stage = ContentSeenStage(Topics("clueweb."), "clueweb")
-            run_offline(stage, MemoryStore(), lines, "clueweb.page-verdicts", out=sink)
+            topology = registry.spec("content-seen").topology(Topics("clueweb."), "clueweb")
+            run_offline(topology, ContentSeenStage(), MemoryStore(), lines, out=sink)
             sink.seek(0)
             verdicts = [orjson.loads(line) for line in sink.read().splitlines()]
         called.append(verdicts[-1]["verdict"] == "duplicate")

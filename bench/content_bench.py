@@ -43,7 +43,7 @@ import orjson
 from bench import content_lookup
 from bench import harness as h
 from bench.neardup_set import CORPUS, corpus_files
-from streams import records, simweb
+from streams import records, registry, simweb
 from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.offline import run_offline
@@ -91,18 +91,19 @@ def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path, processes: 
     analysis = f"{processes} analysis processes" if processes else "analysis in the worker"
     rate = h.steady_rate(f"content-seen stage (Kafka, 1 worker, {analysis})", command, kafka,
                          topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
-                         via=topics.shards("bench", "content-seen"), partitions=PARTITIONS, unit="pages")
+                         via=registry.spec("content-seen").topology(topics, "bench").shard_topics,
+                         partitions=PARTITIONS, unit="pages")
     verdicts = Counter(orjson.loads(m.value() or b"{}")["verdict"]
                        for m in read_to_end(kafka, topics.page_verdicts))
     return {**rate, "verdicts": dict(verdicts)}
 
 
 def _offline_rate(values: list[bytes], work: Path) -> dict[str, Any]:
-    stage = ContentSeenStage(Topics("offline."), "bench")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "bench")
     store = RocksStore(work / "offline")
     sink = open(work / "offline.jsonl", "wb")  # noqa: SIM115 - closed below
     began = time.perf_counter()
-    run_offline(stage, store, values, "offline.page-verdicts", out=sink)
+    run_offline(topology, ContentSeenStage(), store, values, out=sink)
     seconds = time.perf_counter() - began
     sink.close()
     store.close()
@@ -158,9 +159,9 @@ def _kill_test(kafka: KafkaConfig, articles: int, kills: int, work: Path) -> dic
 
 def _offline_verdicts(values: list[bytes]) -> dict[str, dict[str, Any]]:
     """Offline mode's verdicts on the pages sorted by fetch time (simweb's crawl is in that order)."""
-    stage = ContentSeenStage(Topics("offline."), "kill")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "kill")
     with tempfile.TemporaryFile() as sink:
-        run_offline(stage, MemoryStore(), values, "offline.page-verdicts", out=sink)
+        run_offline(topology, ContentSeenStage(), MemoryStore(), values, out=sink)
         sink.seek(0)
         return {v["url"]: v for v in map(orjson.loads, sink.read().splitlines())}
 

@@ -266,11 +266,12 @@ def _wait_for_resume(process: subprocess.Popen[bytes], progress: Callable[[], in
 
 
 def steady_rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,
-                work: Path, via: str | None = None, partitions: int = 8,
+                work: Path, via: Sequence[str] = (), partitions: int = 8,
                 unit: str = "urls") -> dict[str, Any]:
-    """Run ``command`` to the end of ``source`` (and of ``via``); records/s after its first commit."""
+    """Run ``command`` to the end of ``source`` (and of the topics ``via``); records/s after its first
+    commit."""
     progress = lambda: committed_total(kafka, group, source, partitions)  # noqa: E731
-    done = (lambda: caught_up(kafka, group, via)) if via else None
+    done = (lambda: all(caught_up(kafka, group, topic) for topic in via)) if via else None
     report = run_with_kills(command, progress, total, kills=0, log_path=work / f"{name}.log", done=done)
     steady_s = report.seconds - (report.first_progress_at or 0.0)
     steady = total - report.first_progress_records

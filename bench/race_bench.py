@@ -61,7 +61,7 @@ from confluent_kafka.admin import AdminClient
 from bench import harness as h
 from bench.neardup_set import CORPUS, Source, load_sources
 from bench.neardup_transforms import UNIT, change_numbers, change_words
-from streams import records
+from streams import records, registry
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
@@ -141,9 +141,9 @@ def arrange(pages: list[RacePage], order: str, seed: int = SEED) -> list[RacePag
 
 def offline_reference(pages: list[RacePage]) -> dict[str, dict[str, Any]]:
     """Offline mode's verdicts on the pages sorted by order key, by URL."""
-    stage = ContentSeenStage(Topics("offline."), "race")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "race")
     with tempfile.TemporaryFile() as sink:
-        run_offline(stage, MemoryStore(), (page.value for page in pages), "offline.page-verdicts", out=sink)
+        run_offline(topology, ContentSeenStage(), MemoryStore(), (page.value for page in pages), out=sink)
         sink.seek(0)
         verdicts = [orjson.loads(line) for line in sink.read().splitlines()]
     return {verdict["url"]: verdict for verdict in verdicts}

@@ -136,7 +136,7 @@ def run() -> int:
         workers = _workers(kafka, topics, state, ports)
         print(f"2. workers: {', '.join(STAGES)} (pids {', '.join(str(w.pid) for w in workers)}); metrics "
               + ", ".join(f"http://127.0.0.1:{port}/metrics" for port in ports.values()))
-        board = ProgressBoard({spec.name: (ports[spec.name], spec.inputs(topics)[0])
+        board = ProgressBoard({spec.name: (ports[spec.name], spec.input_topics(topics)[0])
                                for spec in registry.STAGES})
         try:
             ok = _replay_and_summarise(kafka, topics, board)

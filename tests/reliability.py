@@ -40,7 +40,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench.harness import caught_up
-from streams import config, simweb
+from streams import config, registry, simweb
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 
@@ -471,15 +471,19 @@ class Deployment:
     def group(self, stage: str) -> str:
         return self.topics.group(APP, stage)
 
+    def internal_topics(self, stage: str) -> list[str]:
+        """The stage's internal topics (``shards``; the page stage's ``probes`` and ``gather``)."""
+        return registry.spec(stage).topology(self.topics, APP).shard_topics
+
     def done(self, stage: str) -> bool:
-        """Whether the stage's group committed its input and its shard topic to their ends."""
+        """Whether the stage's group committed its input and its internal topics to their ends."""
         group = self.group(stage)
-        return (caught_up(self.kafka, group, input_topic(self.topics, stage), timeout_s=20.0)
-                and caught_up(self.kafka, group, self.topics.shards(APP, stage), timeout_s=20.0))
+        return all(caught_up(self.kafka, group, topic, timeout_s=20.0)
+                   for topic in [input_topic(self.topics, stage), *self.internal_topics(stage)])
 
     def progress(self, stage: str) -> int | None:
-        """The stage group's committed offsets on its input and shard topics, summed (None: unknown)."""
-        topics = [input_topic(self.topics, stage), self.topics.shards(APP, stage)]
+        """The stage group's committed offsets on its input and internal topics, summed (None: unknown)."""
+        topics = [input_topic(self.topics, stage), *self.internal_topics(stage)]
         consumer = Consumer(self.kafka.consumer(self.group(stage)))
         try:
             wanted = [TopicPartition(topic, p) for topic in topics

@@ -4,14 +4,15 @@ Drives :class:`~streams.stages.content_seen.stage.ContentSeenStage` objects as t
 without Kafka, so that a property test can try arrival orders and interleavings the real broker
 seldom produces:
 
-- an input topic of ``input_partitions`` partitions and the stage's shard topic of ``shards``
-  partitions, each an append-only log; a record emitted to the shard topic lands in its
-  ``Emit.partition``, else in ``partition_for(key)`` (the producer's murmur2 partitioner);
-- workers, each owning some input partitions and some shards (its stage object sees only its
-  own shards' stores). A step of a worker is one transaction: the next records of its shards, then
-  of its inputs (a random number of each), processed in an interleaving that keeps each
-  partition's order, then :meth:`end_of_part`; then either a commit (emits appended, state applied,
-  offsets and reported positions advanced) or an abort (all of it dropped);
+- an input topic of ``input_partitions`` partitions and the stage's internal topics of ``shards``
+  partitions each, each partition an append-only log; a record emitted to an internal topic lands
+  in its ``Emit.partition``, else in ``partition_for(key)`` (the producer's murmur2 partitioner);
+- workers, each owning some input partitions and some shards (its stage sees only its own shards'
+  stores; a shard is partition *i* of every internal topic). A step of a worker is one transaction:
+  the next records of its shards, then of its inputs (a random number of each), processed in an
+  interleaving that keeps each partition's order, then the stage's per-transaction callbacks; then
+  either a commit (emits appended, state applied, offsets and reported positions advanced) or an
+  abort (all of it dropped);
 - a crash replaces a worker's stage object (its memory is gone; committed state stays) and a
   rebalance deals the partitions out again, as the engine's callbacks would.
 
@@ -28,11 +29,14 @@ from typing import Any
 import orjson
 
 from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.context import StageContext
+from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
+from streams.runtime.message import InputPositions
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import InputPositions, StageContext
 from streams.runtime.store import MemoryStore
+from streams.runtime.topology import ShardHandler, Topology, shard_handlers
 from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 
@@ -45,21 +49,27 @@ class Worker:
     inputs: list[int] = field(default_factory=list)
     shards: list[int] = field(default_factory=list)
     reported: InputPositions | None = None
+    owned: OwnedShards = field(default_factory=lambda: OwnedShards({}))
+    context: StageContext | None = None
+    route: Callable[[Any], list[Emit]] = lambda message: []
+    handlers: dict[str, ShardHandler] = field(default_factory=dict)
 
 
 class Cluster:
     """Topics, committed offsets, shard stores and workers (module docstring)."""
 
-    def __init__(self, make_stage: StageFactory, inputs: Sequence[Sequence[bytes]], shards: int,
-                 workers: int, rng: random.Random) -> None:
+    def __init__(self, make_stage: StageFactory, topology: Topology, inputs: Sequence[Sequence[bytes]],
+                 shards: int, workers: int, rng: random.Random) -> None:
         self._make = make_stage
+        self.topology = topology
         self.rng = rng
-        self.topic = make_stage().route_topics[0]
-        self.state_topic = make_stage().state_topic
+        self.topic = topology.input_topics[0]
+        self.internal = topology.shard_topics
         self.input_logs: list[list[bytes]] = [list(values) for values in inputs]
-        self.shard_logs: list[list[tuple[bytes, bytes]]] = [[] for _ in range(shards)]
+        self.shard_logs = {topic: [[] for _ in range(shards)] for topic in self.internal}
         self.input_done = [0] * len(self.input_logs)
-        self.shard_done = [0] * shards
+        self.shard_done = {topic: [0] * shards for topic in self.internal}
+        self.shards = shards
         self.stores = [MemoryStore() for _ in range(shards)]
         self.outputs: list[Emit] = []
         self.workers = [Worker(self._new_stage()) for _ in range(workers)]
@@ -73,11 +83,13 @@ class Cluster:
     def rebalance(self) -> None:
         """Deal every partition to a worker again (each worker's stage hears of what it lost)."""
         for worker in self.workers:
-            worker.stage.revoked(worker.shards)
+            if worker.context is not None:
+                for listener in worker.context.services.revoked:
+                    listener(worker.shards)
             worker.inputs, worker.shards, worker.reported = [], [], None
         for partition in range(len(self.input_logs)):
             self.rng.choice(self.workers).inputs.append(partition)
-        for shard in range(len(self.shard_logs)):
+        for shard in range(self.shards):
             self.rng.choice(self.workers).shards.append(shard)
         for worker in self.workers:
             self._attach(worker)
@@ -89,26 +101,32 @@ class Cluster:
         self._attach(worker)
 
     def _attach(self, worker: Worker) -> None:
+        """The worker's stage initialised over the shards it owns now (the engine's assignment)."""
         owned = {shard: self.stores[shard] for shard in worker.shards}
-        identities = ShardIdentities(worker.stage.needs().identity)
+        identities = ShardIdentities(worker.stage.store().identity)
         for shard, store in owned.items():
             identities.opened(shard, store)
-        worker.stage.bind(StageContext(worker.stage.name, len(self.shard_logs),
-                                       OwnedShards(owned, identities.first_use), "dead-letters", 512 * 1024,
-                                       input_reader=self))
+        worker.owned = OwnedShards(owned, identities.first_use)
+        worker.context = StageContext(self.topology, self.shards, worker.owned, self, Counters(), 512 * 1024)
+        processors = worker.stage.init(worker.context)
+        worker.route, worker.handlers = processors.route, shard_handlers(self.topology, processors)
 
     def read(self, topic: str, partition: int, offset: int) -> bytes | None:
         """The input reader a stage is given: any committed input record by position."""
         log = self.input_logs[partition]
         return log[offset] if topic == self.topic and offset < len(log) else None
 
+    def close(self) -> None:
+        pass
+
     def produce(self, partition: int, value: bytes) -> None:
         """A record appended to the input topic (pages arriving while the stage runs)."""
         self.input_logs[partition].append(value)
 
     def settled(self) -> bool:
-        logs = [*zip(self.input_done, self.input_logs, strict=True), *zip(self.shard_done, self.shard_logs,
-                                                                           strict=True)]
+        logs = [*zip(self.input_done, self.input_logs, strict=True),
+                *((done, log) for topic in self.internal
+                  for done, log in zip(self.shard_done[topic], self.shard_logs[topic], strict=True))]
         return (all(done == len(log) for done, log in logs)
                 and all(self._positions(worker, {}) is None for worker in self.workers))
 
@@ -117,37 +135,36 @@ class Cluster:
     def step(self, index: int, max_records: int, abort: bool = False) -> None:
         worker = self.workers[index]
         rng = self.rng
-        shard_runs = [[(shard, at) for at in range(self.shard_done[shard],
-                                                   min(len(self.shard_logs[shard]),
-                                                       self.shard_done[shard] + rng.randint(0, max_records)))]
-                      for shard in worker.shards]
-        input_runs = [[(partition, at) for at in range(self.input_done[partition],
-                                                       min(len(self.input_logs[partition]),
-                                                           self.input_done[partition]
-                                                           + rng.randint(0, max_records)))]
+        shard_runs = [_run(topic, shard, self.shard_done[topic][shard], len(self.shard_logs[topic][shard]),
+                           rng.randint(0, max_records))
+                      for topic in self.internal for shard in worker.shards]
+        input_runs = [_run(self.topic, partition, self.input_done[partition], len(self.input_logs[partition]),
+                           rng.randint(0, max_records))
                       for partition in worker.inputs]
-        states: dict[int, BatchState] = {}
+        states: dict[int, BatchState] = worker.owned.begin()
         emits: list[Emit] = []
-        taken = {run[0][0]: len(run) for run in shard_runs if run}
-        for shard, at in _interleave(rng, shard_runs):
-            key, value = self.shard_logs[shard][at]
-            state = states.setdefault(shard, BatchState(self.stores[shard]))
-            emits += worker.stage.process(LineMessage(self.state_topic, at, value, key, shard), state)
+        taken = {(run[0][0], run[0][1]): len(run) for run in shard_runs if run}
+        for topic, shard, at in _interleave(rng, shard_runs):
+            key, value = self.shard_logs[topic][shard][at]
+            state = worker.owned.state(shard)
+            assert state is not None
+            emits += worker.handlers[topic](LineMessage(topic, at, value, key, shard), state)
         routed = {partition: self.input_done[partition] for partition in worker.inputs}
-        for partition, at in _interleave(rng, input_runs):
+        for _, partition, at in _interleave(rng, input_runs):
             message = LineMessage(self.topic, at, self.input_logs[partition][at], None, partition)
-            emits += worker.stage.route(message)
+            emits += worker.route(message)
             routed[partition] = at + 1
         positions = self._positions(worker, routed)
-        emits += worker.stage.end_of_part(positions, states)
+        assert worker.context is not None
+        emits += worker.context.services.punctuators.run(positions)
         if abort:
             return
         for emit in emits:
             self._deliver(emit)
         for shard, state in states.items():
             self.stores[shard].apply(state.writes, None)
-        for shard, count in taken.items():
-            self.shard_done[shard] += count
+        for (topic, shard), count in taken.items():
+            self.shard_done[topic][shard] += count
         for partition, offset in routed.items():
             self.input_done[partition] = offset
         if positions is not None:
@@ -160,19 +177,24 @@ class Cluster:
         return None if positions == worker.reported or not worker.inputs else positions
 
     def _deliver(self, emit: Emit) -> None:
-        if emit.topic != self.state_topic:
+        if emit.topic not in self.shard_logs:
             self.outputs.append(emit)
             return
         key = emit.key or b""
-        shard = emit.partition if emit.partition is not None else partition_for(key, len(self.shard_logs))
-        self.shard_logs[shard].append((key, emit.value or b""))
+        shard = emit.partition if emit.partition is not None else partition_for(key, self.shards)
+        self.shard_logs[emit.topic][shard].append((key, emit.value or b""))
 
     def verdicts(self, topics: Topics) -> list[dict[str, Any]]:
         return [orjson.loads(emit.value or b"{}") for emit in self.outputs
                 if emit.topic == topics.page_verdicts]
 
 
-def _interleave(rng: random.Random, runs: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+def _run(topic: str, partition: int, done: int, end: int, count: int) -> list[tuple[str, int, int]]:
+    """The next ``count`` records of a partition (fewer at its end)."""
+    return [(topic, partition, at) for at in range(done, min(end, done + count))]
+
+
+def _interleave(rng: random.Random, runs: list[list[tuple[str, int, int]]]) -> list[tuple[str, int, int]]:
     """The runs merged in a random order that keeps each run's own order."""
     pending = [list(run) for run in runs if run]
     merged = []

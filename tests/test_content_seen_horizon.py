@@ -4,9 +4,11 @@ covered, the queue is decided from its front."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.errors import RecordRejected
 from streams.runtime.batch import BatchState
 from streams.runtime.store import MemoryStore
 from streams.stages.content_seen import gather
@@ -18,7 +20,6 @@ from streams.stages.content_seen.horizon import (
     decode_horizon,
     encode_horizon,
 )
-from streams.stages.content_seen.waiting import encode_match
 
 places = st.tuples(st.integers(0, 3), st.integers(0, 40))
 offset_maps = st.dictionaries(places, st.integers(0, 2**40), max_size=8)
@@ -89,9 +90,9 @@ def _progress(store: MemoryStore, shard: int, routed: int, ends: int, limit: int
     return ready, drain
 
 
-def _reply(store: MemoryStore, order: bytes, match: Match | None = None) -> gather.Ready | bool:
+def _reply(store: MemoryStore, order: bytes, match: Match | None = None) -> bool:
     state = BatchState(store)
-    replied = gather.reply(state, order, encode_match(match))
+    replied = gather.reply(state, order, match)
     store.apply(state.writes, None)
     return replied
 
@@ -105,12 +106,12 @@ def test_a_queued_page_is_decided_once_its_horizon_is_covered_with_its_best_matc
     assert _progress(store, 0, routed=1, ends=6) == ([], False)  # own offset covered: horizon 6 taken
     state = BatchState(store)
     first = Match(order_key(0, 0, 4), "https://first.example/", 2, False, 200)
-    assert gather.notice(state, page, encode_match(first))
+    assert gather.notice(state, page, first)
     store.apply(state.writes, None)
     found, drain = _progress(store, 0, routed=6, ends=6)
     assert [ready.best.url for ready in found if ready.best] == ["https://first.example/"] and not drain
     state = BatchState(store)
-    assert not gather.notice(state, page, encode_match(earlier))  # too late: decided
+    assert not gather.notice(state, page, earlier)  # too late: decided
     assert store.get(b"p" + page) is None and store.get(b"w" + page) is None
 
 
@@ -130,19 +131,15 @@ def test_the_queue_is_decided_from_its_front_and_drains_past_its_limit() -> None
     assert not drain
 
 
-def test_a_page_decided_on_its_replies_alone_offline() -> None:
-    store = MemoryStore()
-    order = order_key(1, 0, 0)
-    state = BatchState(store)
-    gather.arrive(state, order, b'{"url": "https://a.example/"}', 2, None, 0)
-    assert gather.reply(state, order, b"") is False
-    ready = gather.reply(state, order, b"")
-    assert isinstance(ready, gather.Ready) and ready.best is None
+def test_a_reply_for_a_page_that_is_not_waiting_is_refused() -> None:
+    state = BatchState(MemoryStore())
+    with pytest.raises(RecordRejected, match="no waiting page"):
+        gather.reply(state, order_key(1, 0, 0), None)
 
 
 def test_a_notice_for_a_page_that_is_not_queued_changes_nothing() -> None:
     store = MemoryStore()
     state = BatchState(store)
     match = Match(order_key(0, 0, 0), "https://a.example/", 1, False, 256)
-    assert not gather.notice(state, order_key(1, 0, 0), encode_match(match))
+    assert not gather.notice(state, order_key(1, 0, 0), match)
     assert state.writes == {}

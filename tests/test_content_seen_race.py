@@ -27,11 +27,13 @@ from streams.pages.decode import Skipped
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
 from streams.stages.content_seen import intake
+from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
 from tests import simcluster
 
 TOPICS = Topics("race.")
+TOPOLOGY = SPEC.topology(TOPICS, "race")
 
 
 @functools.cache
@@ -61,7 +63,7 @@ def crawls(draw: st.DrawFn) -> list[bytes]:
 
 
 def _stage() -> ContentSeenStage:
-    return ContentSeenStage(TOPICS, "race", ContentSeenSettings(page_cache_mb=1))
+    return ContentSeenStage(ContentSeenSettings(page_cache_mb=1))
 
 
 def _offline(values: list[bytes]) -> dict[str, dict[str, Any]]:
@@ -77,7 +79,7 @@ def _offline(values: list[bytes]) -> dict[str, dict[str, Any]]:
         def flush(self) -> None:
             pass
 
-    run_offline(_stage(), MemoryStore(), ordered, TOPICS.page_verdicts, out=Sink())  # type: ignore[arg-type]
+    run_offline(TOPOLOGY, _stage(), MemoryStore(), ordered, out=Sink())  # type: ignore[arg-type]
     return {verdict["url"]: verdict for verdict in map(orjson.loads, lines)}
 
 
@@ -127,7 +129,7 @@ def test_any_arrival_order_gives_the_sorted_offline_verdicts(
         inputs: list[list[bytes]] = [[] for _ in range(partitions)]
         for value in rng.sample(values, len(values)):
             inputs[rng.randrange(partitions)].append(value)
-        cluster = simcluster.Cluster(_stage, inputs, shards, workers, rng)
+        cluster = simcluster.Cluster(_stage, TOPOLOGY, inputs, shards, workers, rng)
         simcluster.run(cluster, max_records, abort_share=trouble, crash_share=trouble / 3,
                        rebalance_share=trouble / 3)
     _same_verdicts(values, cluster.verdicts(TOPICS), offline)
@@ -144,7 +146,7 @@ def test_pages_arriving_while_the_stage_runs_are_never_called_copies_of_later_on
     with mock.patch.object(intake, "analyze_page", _remembered):
         offline = _offline(values)
         arrival = rng.sample(values, len(values))
-        cluster = simcluster.Cluster(_stage, [[] for _ in range(partitions)], shards, workers, rng)
+        cluster = simcluster.Cluster(_stage, TOPOLOGY, [[] for _ in range(partitions)], shards, workers, rng)
         for value in arrival:
             cluster.produce(rng.randrange(partitions), value)
             for _ in range(rng.randint(0, 3)):
@@ -164,8 +166,8 @@ def test_a_copy_arriving_first_waits_for_its_original_then_is_its_duplicate() ->
     mirror = {**original.record, "url": "https://mirror.example/1.html",
               "fetched_at": records.rfc3339(records.parse_rfc3339(original.record["fetched_at"])
                                             + timedelta(hours=1))}
-    cluster = simcluster.Cluster(_stage, [[orjson.dumps(mirror)], [orjson.dumps(original.record)]], 2, 1,
-                                 random.Random(1))
+    cluster = simcluster.Cluster(_stage, TOPOLOGY, [[orjson.dumps(mirror)], [orjson.dumps(original.record)]],
+                                 2, 1, random.Random(1))
     cluster.workers[0].inputs = [0]  # only the mirror's partition is routed at first
     cluster.step(0, max_records=5)
     for _ in range(6):

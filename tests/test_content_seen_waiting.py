@@ -11,15 +11,19 @@ import orjson
 import pytest
 
 from streams import simweb
-from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.message import InputPositions, InputReader
 from streams.runtime.offline import LineMessage
-from streams.runtime.stage import StageContext
 from streams.runtime.store import MemoryStore
+from streams.runtime.topology import shard_handlers
+from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.stages.content_seen.waiting import PageCache, Source
 from streams.topics import Topics
+from tests.memory_kafka import bind
 
 TOPICS = Topics("unit.")
+TOPOLOGY = SPEC.topology(TOPICS, "a")
 
 
 class FakeReader:
@@ -32,6 +36,9 @@ class FakeReader:
         self.reads.append(Source(topic, partition, offset))
         return self.values.get(Source(topic, partition, offset))
 
+    def close(self) -> None:
+        pass
+
 
 def _messages(seed: int, articles: int) -> list[LineMessage]:
     pages = simweb.crawl(seed=seed, articles=articles)
@@ -39,28 +46,43 @@ def _messages(seed: int, articles: int) -> list[LineMessage]:
             for number, page in enumerate(pages)]
 
 
-def _bound(stage: ContentSeenStage, reader: Any = None, shards: int = 0) -> ContentSeenStage:
-    """``stage`` bound as a worker owning no shard binds it (offline when ``shards`` is 0)."""
-    stage.bind(StageContext(stage.name, shards, OwnedShards({}), TOPICS.dead_letters, 512 * 1024,
-                            input_reader=reader))
-    return stage
+class _Worker:
+    """A stage initialised as a worker of the one shard, kept in ``store``, which it owns or not."""
+
+    def __init__(self, store: MemoryStore, owns: bool = True, reader: InputReader | None = None,
+                 stage: ContentSeenStage | None = None) -> None:
+        self.owned = OwnedShards({0: store} if owns else {})
+        self.context, self.processors = bind(stage or ContentSeenStage(), TOPOLOGY, 1, self.owned, reader)
+        self.handlers = shard_handlers(TOPOLOGY, self.processors)
 
 
-def _run(router: ContentSeenStage, decider: ContentSeenStage, messages: list[LineMessage],
-         rewrite: Any = None) -> list[Emit]:
-    """Route every message with ``router``, decide every shard record with ``decider`` (one store),
-    in the order sent; ``rewrite`` may change a shard record's value first. The outputs, in order."""
-    store, outputs = MemoryStore(), []
-    pending = deque(emit for message in messages for emit in router.route(message))
-    while pending:
-        emit = pending.popleft()
-        if emit.topic != decider.state_topic:
-            outputs.append(emit)
-            continue
-        value = rewrite(emit.value) if rewrite is not None else emit.value
-        state = BatchState(store)
-        pending.extend(decider.process(LineMessage(decider.state_topic, 0, value, emit.key), state))
-        store.apply(state.writes, None)
+def _run(router: _Worker, decider: _Worker, messages: list[LineMessage]) -> list[Emit]:
+    """Route each message with ``router``, decide every internal record with ``decider`` (which owns
+    the shard), in the order sent, each message a transaction whose callbacks run last, as offline.
+    The outputs, in order."""
+    outputs: list[Emit] = []
+    for message in messages:
+        states = decider.owned.begin()
+        place = (message.topic(), 0)
+        positions: InputPositions | None = InputPositions({place: message.offset() + 1},
+                                                          {place: message.offset() + 1}, {message.topic(): 1})
+        pending = deque(router.processors.route(message))
+        while pending:
+            while pending:
+                emit = pending.popleft()
+                if emit.topic not in decider.handlers:
+                    outputs.append(emit)
+                    continue
+                state = decider.owned.state(0)
+                assert state is not None
+                shard_message = LineMessage(emit.topic, 0, emit.value or b"", emit.key)
+                pending.extend(decider.handlers[emit.topic](shard_message, state))
+            pending.extend(router.context.services.punctuators.run(positions))
+            if decider is not router:
+                pending.extend(decider.context.services.punctuators.run(None))
+            positions = None
+        for state in states.values():
+            state.store.apply(state.writes, None)
     return outputs
 
 
@@ -75,11 +97,11 @@ def _by_topic(outputs: list[Emit], topic: str) -> list[dict[str, Any]]:
 def test_a_page_nobody_holds_is_read_back_from_the_input_topic() -> None:
     """As after a restart: the worker deciding has none of the pages in memory."""
     messages = _messages(seed=8, articles=5)
-    alone = ContentSeenStage(TOPICS, "a")
+    alone = _Worker(MemoryStore())
     expected = _run(alone, alone, messages)
     reader = FakeReader({Source(m.topic(), 0, m.offset()): m.value() for m in messages})
-    restarted = _bound(ContentSeenStage(TOPICS, "a"), reader)
-    found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
+    store = MemoryStore()
+    found = _run(_Worker(store), _Worker(store, reader=reader), messages)
     assert found == expected
     unique = _by_topic(found, TOPICS.unique_pages)
     assert unique and len(reader.reads) == len(unique)  # duplicates need no body: not read
@@ -87,8 +109,8 @@ def test_a_page_nobody_holds_is_read_back_from_the_input_topic() -> None:
 
 def test_a_page_gone_from_the_input_topic_keeps_its_verdict_and_is_a_dead_letter() -> None:
     messages = _messages(seed=9, articles=2)
-    restarted = _bound(ContentSeenStage(TOPICS, "a"), FakeReader({}))  # deleted by retention
-    found = _run(ContentSeenStage(TOPICS, "a"), restarted, messages)
+    store = MemoryStore()
+    found = _run(_Worker(store), _Worker(store, reader=FakeReader({})), messages)  # deleted by retention
     unique = [v for v in _by_topic(found, TOPICS.page_verdicts) if v["verdict"] == "unique"]
     letters = _by_topic(found, TOPICS.dead_letters)
     assert unique and not _by_topic(found, TOPICS.unique_pages)
@@ -99,11 +121,10 @@ def test_a_page_gone_from_the_input_topic_keeps_its_verdict_and_is_a_dead_letter
 def test_a_page_decided_by_another_worker_takes_its_record_along() -> None:
     """The router owns no shard: the record travels in the page record; no read back is needed."""
     messages = _messages(seed=10, articles=4)
-    alone = ContentSeenStage(TOPICS, "a")
+    alone = _Worker(MemoryStore())
     expected = _run(alone, alone, messages)
-    router = _bound(ContentSeenStage(TOPICS, "a"), shards=8)
-    reader = FakeReader({})
-    decider = _bound(ContentSeenStage(TOPICS, "a"), reader)
+    store, reader = MemoryStore(), FakeReader({})
+    router, decider = _Worker(store, owns=False), _Worker(store, reader=reader)
     assert _run(router, decider, messages) == expected and reader.reads == []
 
 
@@ -136,7 +157,8 @@ def test_parked_pages_leave_the_intake_free_and_go_first_newest_first() -> None:
     (1, 5, 1),    # a page over the budget is still taken when none is in flight
 ])
 def test_a_batch_takes_the_pages_its_budget_holds(cache_mb: int, pages: int, taken: int) -> None:
-    stage = ContentSeenStage(TOPICS, "a", ContentSeenSettings(page_cache_mb=cache_mb))
+    stage = ContentSeenStage(ContentSeenSettings(page_cache_mb=cache_mb))
+    services = bind(stage, TOPOLOGY, 1)[0].services
     messages = [LineMessage(TOPICS.fetched_pages, n, b"x" * (1024 * 1024 - 1)) for n in range(pages)]
-    assert stage.prepare(messages) == taken
-    assert stage.ready_for_input() == (taken * 1024 * 1024 <= cache_mb * 1024 * 1024 // 2)
+    assert services.prepare(messages) == taken
+    assert services.ready_for_input() == (taken * 1024 * 1024 <= cache_mb * 1024 * 1024 // 2)

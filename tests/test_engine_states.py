@@ -33,12 +33,14 @@ from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.store import MemoryStore, PartitionStore
 from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from tests.memory_kafka import Crash, MemoryKafka, abortable
 
 TOPICS = Topics("t.")
 APP = "app"
+TOPOLOGY = SPEC.topology(TOPICS, APP)
 SHARDS = 4
 FRONTIER_PARTITIONS = 3
 WORKERS = ("w0", "w1")
@@ -70,10 +72,9 @@ class EngineStates(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.broker = MemoryKafka()
-        stage = UrlDedupStage(TOPICS, APP)
-        self.state_topic = stage.state_topic
-        self.changelog = TOPICS.changelog(APP, stage.name)
-        self.group = TOPICS.group(APP, stage.name)
+        self.state_topic = TOPICS.shards(APP, SPEC.name)
+        self.changelog = TOPOLOGY.changelog
+        self.group = TOPOLOGY.group
         for topic, partitions in [(TOPICS.frontier, FRONTIER_PARTITIONS), (self.state_topic, SHARDS),
                                   (self.changelog, SHARDS), (TOPICS.new_urls, 2), (TOPICS.dead_letters, 1)]:
             self.broker.create_topic(topic, partitions)
@@ -89,11 +90,11 @@ class EngineStates(RuleBasedStateMachine):
         def store(partition: int) -> PartitionStore:
             return disks.setdefault(partition, Disk(self.broker))
 
-        stage = UrlDedupStage(TOPICS, APP, UrlDedupSettings(route_cache_urls=16))
+        stage = UrlDedupStage(UrlDedupSettings(route_cache_urls=16))
         settings_ = RuntimeSettings(worker_id=worker, shards=SHARDS, batch_max_messages=5,
                                     batch_max_wait_s=0.0)
-        engine = Engine(stage, KafkaConfig("memory"), settings_, self.group, self.changelog,
-                        TOPICS.dead_letters, store_factory=store, clients=cast(KafkaClients, self.broker))
+        engine = Engine(stage, TOPOLOGY, KafkaConfig("memory"), settings_, store_factory=store,
+                        clients=cast(KafkaClients, self.broker))
         engine.start()
         self.engines[worker] = engine
 

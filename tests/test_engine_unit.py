@@ -8,7 +8,7 @@ the broker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from streams.errors import RecordRejected, StateError
+from streams.runtime.api import InputPositions, Message, Processors, StageContext, StoreSpec
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.clients import KafkaClients
 from streams.runtime.counters import Counters
@@ -24,7 +25,6 @@ from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.recovery import recover, start_offset
-from streams.runtime.stage import InputPositions, Message, Needs, StageContext
 from streams.runtime.store import MemoryStore
 from tests.memory_kafka import Crash, MemoryKafka, running
 
@@ -49,15 +49,14 @@ class StubConsumer:
 class EchoStage:
     """Routes ``{"k": ...}`` records by key; emits each key's first sighting."""
 
-    name = "echo"
-    route_topics = ["in"]
     state_topic = "shards"
 
-    def needs(self) -> Needs:
-        return Needs()
+    def store(self) -> StoreSpec:
+        return StoreSpec()
 
-    def bind(self, context: StageContext) -> None:
-        pass
+    def init(self, context: StageContext) -> Processors:
+        self.context = context
+        return Processors(route=self.route, shards={"shards": self.process})
 
     def route(self, message: Message) -> list[Emit]:
         record = orjson.loads(message.value() or b"null")
@@ -164,8 +163,9 @@ class PreparingStage(EchoStage):
         self.prepared: list[int] = []
         self.seen: list[tuple[str, int]] = []
 
-    def needs(self) -> Needs:
-        return Needs(prepare=self.prepare, ready_for_input=self.ready_for_input)
+    def init(self, context: StageContext) -> Processors:
+        context.prepare_input(self.prepare, self.ready_for_input)
+        return super().init(context)
 
     def prepare(self, messages: Sequence[Message]) -> int:
         self.prepared = [message.offset() or 0 for message in messages]
@@ -220,7 +220,7 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
     """Deferred: each partition rewound to its first deferred record and paused until the stage is
     ready; the records taken are held for the next batch."""
     stage, consumer, counters = RoomyStage(room=1), StubConsumer(), Counters()
-    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, "shards", counters)  # type: ignore[arg-type]
+    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, frozenset({"in"}), counters)  # type: ignore[arg-type]
     batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("in", 5, b'{"k": "b"}', None, 1),
              LineMessage("in", 2, b'{"k": "c"}', None, 0), LineMessage("shards", 7, b"v", b"d", 0)]
     assert flow.arrange(batch) == [batch[3]] and flow.holding  # type: ignore[arg-type]
@@ -238,7 +238,8 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
 def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
     consumer = StubConsumer()
     stage = RoomyStage(room=9)
-    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, "shards", Counters())  # type: ignore[arg-type]
+    flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, frozenset({"in"}),  # type: ignore[arg-type]
+                     Counters())
     held = [LineMessage("in", 4, b"{}", None, 0), LineMessage("in", 6, b"{}", None, 1)]
     flow.arrange(held)  # type: ignore[arg-type]
     flow.revoked({("in", 1)})
@@ -252,11 +253,12 @@ class ReportingStage(EchoStage):
     def __init__(self) -> None:
         self.told: list[tuple[Any, list[int]]] = []
 
-    def needs(self) -> Needs:
-        return Needs(end_of_part=self.end_of_part)
+    def init(self, context: StageContext) -> Processors:
+        context.each_transaction(self.end_of_part)
+        return super().init(context)
 
-    def end_of_part(self, inputs: InputPositions | None, states: Mapping[int, BatchState]) -> list[Emit]:
-        self.told.append((inputs, sorted(states)))
+    def end_of_part(self, inputs: InputPositions | None) -> list[Emit]:
+        self.told.append((inputs, sorted(self.context.owned.states)))
         return [] if inputs is None else [Emit(self.state_topic, b"mark", b"m", 0)]
 
 

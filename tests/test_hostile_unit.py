@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench import hostile
-from bench.hostile import PAGE_STAGE, PROCESSED, URL_STAGE, Case
-from streams import records
+from bench.hostile import PAGE_STAGE, PROCESSED, REVISIT_STAGE, URL_STAGE, Case
+from streams import records, registry
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected
 from streams.pages.features import token_hashes
@@ -29,20 +29,27 @@ from streams.records import RecordKind
 from streams.runtime.batch import Emit
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
-from streams.runtime.offline import LineMessage, OfflineShard, bind_offline, decide_offline
+from streams.runtime.offline import OfflineDriver
 from streams.runtime.runner import OUTPUT_HEADROOM, topic_size_config
 from streams.runtime.stage import Stage
 from streams.runtime.store import MemoryStore
-from streams.stages.content_seen.stage import MAX_URL_BYTES, ContentSeenStage
+from streams.stages.content_seen.route import MAX_URL_BYTES
+from streams.stages.content_seen.stage import ContentSeenStage
 from streams.stages.revisit.schedule import RevisitOutcome
 from streams.stages.revisit.stage import RevisitStage, _content_length, revisit_update
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls import canonical
-from tests.memory_kafka import MemoryKafka, running
+from tests.memory_kafka import MemoryKafka, plain_topology, running
 from tests.test_engine_unit import EchoStage
 
 TOPICS = Topics("h.")
+
+
+def _offline(stage: Stage) -> OfflineDriver:
+    """``stage`` (of the registry's stage of its class) driven offline over a fresh store."""
+    name = {UrlDedupStage: URL_STAGE, ContentSeenStage: PAGE_STAGE, RevisitStage: REVISIT_STAGE}[type(stage)]
+    return OfflineDriver(registry.spec(name).topology(TOPICS, "a"), stage, MemoryStore())
 
 
 # --- the generator -----------------------------------------------------------------------------------
@@ -75,11 +82,10 @@ def test_the_gzip_bomb_inflates_to_a_gibibyte_of_zeros() -> None:
     assert inflate.decompress(bomb, 16 * hostile.MIB) == bytes(16 * hostile.MIB)  # bounded output
 
 
-def _outcome(stage: Stage, shard: OfflineShard, offset: int, case: Case,
-             output: str) -> tuple[str, list[Any]]:
+def _outcome(driver: OfflineDriver, offset: int, case: Case, output: str) -> tuple[str, list[Any]]:
     """What the stage makes of one case, as the engine would file it: processed, or the reason."""
     try:
-        emits = decide_offline(stage, shard, LineMessage(stage.route_topics[0], offset, case.value, case.key))
+        emits = driver.decide(driver.message(offset, case.value, case.key))
     except RecordRejected as rejected:
         return rejected.reason, []
     except Exception as error:  # noqa: BLE001 - the engine's processing_error
@@ -87,23 +93,23 @@ def _outcome(stage: Stage, shard: OfflineShard, offset: int, case: Case,
     return PROCESSED, [orjson.loads(e.value or b"") for e in emits if e.topic == output]
 
 
-@pytest.mark.parametrize(("stage", "output"), [
-    (UrlDedupStage(TOPICS, "a"), TOPICS.new_urls),
-    (ContentSeenStage(TOPICS, "a"), TOPICS.page_verdicts),
-    (RevisitStage(TOPICS, "a"), TOPICS.revisit_updates),
-], ids=lambda value: getattr(value, "name", ""))
-def test_every_case_meets_its_expectation(stage: Stage, output: str) -> None:
-    mix = hostile.frontier_mix if stage.name == URL_STAGE else hostile.pages_mix
+@pytest.mark.parametrize(("name", "stage", "output"), [
+    (URL_STAGE, UrlDedupStage(), TOPICS.new_urls),
+    (PAGE_STAGE, ContentSeenStage(), TOPICS.page_verdicts),
+    (REVISIT_STAGE, RevisitStage(), TOPICS.revisit_updates),
+], ids=[URL_STAGE, PAGE_STAGE, REVISIT_STAGE])
+def test_every_case_meets_its_expectation(name: str, stage: Stage, output: str) -> None:
+    mix = hostile.frontier_mix if name == URL_STAGE else hostile.pages_mix
     cases = mix(600, 40, 1)
-    shard, wrong = bind_offline(stage, MemoryStore()), Counter[tuple[str, str, str]]()
+    driver, wrong = _offline(stage), Counter[tuple[str, str, str]]()
     for offset, case in enumerate(cases):
-        got, outputs = _outcome(stage, shard, offset, case, output)
-        if got != case.expect[stage.name]:
-            wrong[(case.kind, case.expect[stage.name], got)] += 1
+        got, outputs = _outcome(driver, offset, case, output)
+        if got != case.expect[name]:
+            wrong[(case.kind, case.expect[name], got)] += 1
         elif got == PROCESSED:
             assert [o["url"] for o in outputs] == [case.url], case.kind
             said = [f"{o['verdict']}:{o['reason']}" if o.get("reason") else o.get("verdict") for o in outputs]
-            assert stage.name != PAGE_STAGE or case.verdict in (None, said[0]), (case.kind, said)
+            assert name != PAGE_STAGE or case.verdict in (None, said[0]), (case.kind, said)
     assert not wrong
 
 
@@ -131,9 +137,7 @@ def test_nesting_is_limited_to_what_can_be_written_back(depth: int, reason: str 
 ])
 def test_the_page_stage_bounds_urls(url: str, reason: str | None) -> None:
     page = orjson.dumps({"url": url, "body": "<p>some words of text</p>"})
-    stage = ContentSeenStage(TOPICS, "a")
-    got, outputs = _outcome(stage, bind_offline(stage, MemoryStore()), 0, Case("t", page, {}),
-                            TOPICS.page_verdicts)
+    got, outputs = _outcome(_offline(ContentSeenStage()), 0, Case("t", page, {}), TOPICS.page_verdicts)
     assert got == (reason or PROCESSED)
     assert [o["url"] for o in outputs] == ([] if reason else [url])
 
@@ -158,7 +162,7 @@ def _first_batch(stage: Stage, record: bytes, limits: dict[str, int] | None = No
                  outputs: tuple[str, ...] = ("out",), offset: int = 0) -> tuple[MemoryKafka, Engine]:
     """Run one batch of ``stage`` over ``record``, at ``offset`` of partition 1 of its input (after
     records of another key)."""
-    with running(stage, outputs=outputs, limits=limits) as (engine, broker, _):
+    with running(stage, plain_topology(outputs=outputs), limits=limits) as (engine, broker, _):
         for _ in range(offset):
             broker.append("in", 1, b"orig", b'{"k": "earlier"}')
         broker.append("in", 1, b"orig", record)

@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_cycles", ROOT / "tools" / "import_cycles.py")
+def _tool(name: str = "import_cycles") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -47,7 +47,7 @@ def test_the_package_has_no_circle() -> None:
 
 
 STAGE_CODE = ("streams.stages", "streams.urls", "streams.pages", "streams.url_dedup", "streams.content_seen",
-              "streams.revisit", "streams.registry", "streams.cli")
+              "streams.revisit", "streams.registry", "streams.spec", "streams.cli")
 
 
 def test_the_runtime_imports_no_stage() -> None:
@@ -67,3 +67,26 @@ def test_the_modules_the_design_card_names_are_the_stages() -> None:
 
     assert (url_dedup.UrlDedupStage, content_seen.ContentSeenStage, revisit.RevisitStage) == (
         UrlDedupStage, ContentSeenStage, RevisitStage)
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"stages/a.py": "from streams.runtime.api import Emit\n"}, []),
+    ({"stages/a.py": "from streams.runtime.batch import Emit\n"},
+     [("streams.stages.a", "streams.runtime.batch")]),
+    ({"integrations/h.py": "def f():\n    from streams.runtime import kafka_io\n"},
+     [("streams.integrations.h", "streams.runtime.kafka_io")]),
+    ({"ops/m.py": "from streams.runtime.engine import Engine\n"}, []),  # the runtime's own tooling may
+], ids=["through-the-api", "reaching-in", "in-a-function", "not-a-stage"])
+def test_reaching_into_the_runtime_is_found(tmp_path: Path, files: dict[str, str],
+                                            expected: list[tuple[str, str]]) -> None:
+    package = tmp_path / "streams"
+    for name, text in {"runtime/api.py": "", "runtime/batch.py": "", "runtime/kafka_io.py": "",
+                       "runtime/engine.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert _tool("runtime_api").reaching_in(package) == expected
+
+
+def test_stages_and_integrations_use_the_runtime_through_its_api_only() -> None:
+    """streams/runtime/api.py is the runtime's public surface (tools/runtime_api.py, make lint)."""
+    assert _tool("runtime_api").reaching_in(ROOT / "streams") == []

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from streams.runtime.drain import NoCut
 from streams.runtime.offline import LineMessage
 from streams.runtime.positions import InputTracker
 
@@ -37,7 +38,7 @@ class StubConsumer:
 
 def test_assigned_inputs_stand_at_their_committed_offsets_and_known_ends() -> None:
     consumer = StubConsumer({0: 10}, {0: 50, 1: 7})
-    tracker = InputTracker(consumer, "shards", 1.0)  # type: ignore[arg-type]
+    tracker = InputTracker(consumer, frozenset({"in"}), 1.0, NoCut())  # type: ignore[arg-type]
     tracker.assigned([TopicPartition("in", 0), TopicPartition("in", 1), TopicPartition("shards", 0)])
     positions = tracker.after([])
     assert positions is not None
@@ -49,7 +50,7 @@ def test_assigned_inputs_stand_at_their_committed_offsets_and_known_ends() -> No
 
 def test_a_part_moves_the_positions_and_only_a_committed_report_counts() -> None:
     consumer = StubConsumer({0: 10}, {0: 50}, cached={0: 60})
-    tracker = InputTracker(consumer, "shards", 1.0)  # type: ignore[arg-type]
+    tracker = InputTracker(consumer, frozenset({"in"}), 1.0, NoCut())  # type: ignore[arg-type]
     tracker.assigned([TopicPartition("in", 0)])
     part = [LineMessage("in", 10, b"x"), LineMessage("in", 11, b"y"), LineMessage("shards", 99, b"z")]
     moved = tracker.after(part)

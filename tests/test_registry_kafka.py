@@ -1,7 +1,7 @@
 """A stage written against the registry alone, run through Kafka and SIGKILLs, exactly once.
 
 ``first-word``: each distinct word of a words topic once, on a first-words topic; an empty record
-is a dead letter. This file is all of it: the stage (its two steps), its registry entry, its
+is a dead letter. This file is all of it: the stage (its two steps), its declaration, its
 command (``python tests/test_registry_kafka.py first-word ...``, what ``python -m streams`` is
 for the registered stages) and the check, read with read_committed.
 """
@@ -13,31 +13,24 @@ from pathlib import Path
 
 from streams import cli
 from streams.errors import RecordRejected
-from streams.registry import StageSpec
-from streams.runtime.batch import BatchState, Emit
-from streams.runtime.kafka_io import KafkaConfig
-from streams.runtime.stage import Message, Needs, StageContext
+from streams.runtime.api import BatchState, Emit, KafkaConfig, Message, Processors, StageContext, StoreSpec
+from streams.spec import StageSpec
 from streams.topics import Topics
 
 
 class FirstWord:
-    name = "first-word"
+    def store(self) -> StoreSpec:
+        return StoreSpec()  # a RocksDB store and nothing more
 
-    def __init__(self, topics: Topics, app_id: str) -> None:
-        self.route_topics, self.output = [f"{topics.prefix}words"], f"{topics.prefix}first-words"
-        self.state_topic = topics.shards(app_id, self.name)
-
-    def needs(self) -> Needs:
-        return Needs()  # a shard store and nothing more
-
-    def bind(self, context: StageContext) -> None:
-        pass
+    def init(self, context: StageContext) -> Processors:
+        self.shards, self.output = context.internal("shards").topic, context.output("first-words")
+        return Processors(route=self.route, shards={"shards": self.process})
 
     def route(self, message: Message) -> list[Emit]:
         word = (message.value() or b"").strip().lower()
         if not word:
             raise RecordRejected("empty_word", "a record of the words topic carries no word")
-        return [Emit(self.state_topic, word, word)]
+        return [Emit(self.shards, word, word)]
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         word = message.key() or b""
@@ -47,10 +40,8 @@ class FirstWord:
         return [Emit(self.output, word, word)]
 
 
-SPEC = StageSpec("first-word", "each distinct word once", metrics_port=9419,
-                 inputs=lambda topics: [f"{topics.prefix}words"],
-                 outputs=lambda topics: [f"{topics.prefix}first-words"],
-                 build=lambda topics, runtime, _settings: FirstWord(topics, runtime.app_id))
+SPEC = StageSpec("first-word", "each distinct word once", metrics_port=9419, inputs=("words",),
+                 outputs=("first-words",), build=lambda _settings, _runtime: FirstWord())
 
 
 def test_a_registered_stage_runs_exactly_once_through_sigkills(kafka: KafkaConfig, prefix: str,

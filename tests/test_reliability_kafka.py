@@ -98,10 +98,13 @@ def _recovered(worker: r.Worker, run: int) -> int:
     return sum(int(n) for n in re.findall(r"recovered \S+: (\d+) records", worker.runs()[run - 1]))
 
 
+SHARD_PARTITION = re.compile(r"\.(?:shards|probes|gather)\[(\d+)\]")  # a partition of an internal topic
+
+
 def _assigned_shards(worker: r.Worker, run: int) -> set[int]:
-    """Shard partitions the worker's ``run``-th start (from 1) was ever assigned (its INFO log)."""
+    """Shards the worker's ``run``-th start (from 1) was ever assigned (its INFO log)."""
     return {int(n) for line in worker.runs()[run - 1].splitlines() if " assigned " in line
-            for n in re.findall(r"\.shards\[(\d+)\]", line)}
+            for n in SHARD_PARTITION.findall(line)}
 
 
 # -- 1. the state directory deleted ------------------------------------------------------------------
@@ -191,7 +194,7 @@ def test_scale_out_and_in_mid_stream(kafka: KafkaConfig, prefix: str, tmp_path: 
             assert _assigned_shards(worker, 1), f"{worker.name} never held a shard"
         for worker in deployment.workers[:3]:  # a took b's shards back
             last = [line for line in worker.runs()[0].splitlines() if " assigned " in line][-1]
-            assert last.count(".shards[") == deployment.shards, last
+            assert len(set(SHARD_PARTITION.findall(last))) == deployment.shards, last
         _check(deployment)
     finally:
         deployment.kill_all()

@@ -341,7 +341,7 @@ def within(cut: Cut, batch: list[StubMessage]) -> list[StubMessage]:
 def test_the_cut_keeps_input_below_each_partition_log_end_at_assignment() -> None:
     """Input at or past the cut is left for the next generation; shard records are always decided."""
     consumer = StubConsumer({("in", 0): 10, ("in", 1): 5, ("in", 2): 0})
-    cut = Cut(consumer, "shards", 2.5)  # type: ignore[arg-type]
+    cut = Cut(consumer, ["in"], 2.5)  # type: ignore[arg-type]
     cut.assigned([TopicPartition("in", 0), TopicPartition("in", 1), TopicPartition("in", 2),
                   TopicPartition("shards", 0)])
     assert sorted(consumer.queried) == [("in", 0, 2.5, False), ("in", 1, 2.5, False), ("in", 2, 2.5, False)]

@@ -17,10 +17,13 @@ from streams.records import RecordKind
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.revisit.spec import SPEC
 from streams.stages.revisit.stage import RevisitSettings, RevisitStage
 from streams.topics import Topics
+from tests.memory_kafka import bind
 
 TOPICS = Topics("test.")
+TOPOLOGY = SPEC.topology(TOPICS, "test")
 PARAGRAPH = ("The river council met on Tuesday to discuss the budget for the new bridge, the harbour "
              "railway and the museum garden, and the minister said the plan would be signed in winter. ")
 
@@ -36,10 +39,10 @@ def page(day: int, text: str = PARAGRAPH * 4, views: int = 1, **fields: Any) -> 
 
 def run(lines: list[dict[str, Any] | bytes], settings: RevisitSettings | None = None,
         store: MemoryStore | None = None) -> list[dict[str, Any]]:
-    stage = RevisitStage(TOPICS, "test", settings or RevisitSettings())
+    stage = RevisitStage(settings or RevisitSettings())
     out = io.BytesIO()
     encoded = [line if isinstance(line, bytes) else orjson.dumps(line) for line in lines]
-    run_offline(stage, store or MemoryStore(), encoded, TOPICS.revisit_updates, out=out)
+    run_offline(TOPOLOGY, stage, store or MemoryStore(), encoded, out=out)
     updates = [orjson.loads(line) for line in out.getvalue().splitlines()]
     for update in updates:
         records.decode(RecordKind.REVISIT_UPDATE, orjson.dumps(update))
@@ -94,15 +97,16 @@ def test_bad_lines_get_no_update_and_do_not_stop_the_run(capsys: pytest.CaptureF
 
 
 def test_updates_are_keyed_by_host_and_state_by_canonical_url() -> None:
-    stage = RevisitStage(TOPICS, "test")
+    _, processors = bind(RevisitStage(), TOPOLOGY, 1)
+    shards = TOPICS.shards("test", "revisit")
     store = MemoryStore()
     keys = []
     for spelling in ("HTTP://EXAMPLE.com:80/a", "http://example.com/a#top"):
-        routed = stage.route(LineMessage(TOPICS.fetched_pages, 1, orjson.dumps(page(1, url=spelling))))
-        assert len(routed) == 1 and routed[0].topic == stage.state_topic and routed[0].key is not None
+        routed = processors.route(LineMessage(TOPICS.fetched_pages, 1, orjson.dumps(page(1, url=spelling))))
+        assert len(routed) == 1 and routed[0].topic == shards and routed[0].key is not None
         state = BatchState(store)
-        shard_message = LineMessage(stage.state_topic, 1, routed[0].value or b"", routed[0].key)
-        emitted = stage.process(shard_message, state)
+        shard_message = LineMessage(shards, 1, routed[0].value or b"", routed[0].key)
+        emitted = processors.shards["shards"](shard_message, state)  # type: ignore[operator]
         store.apply(state.writes, None)
         keys.append(routed[0].key)
         assert [(e.topic, e.key) for e in emitted] == [(TOPICS.revisit_updates, b"example.com")]

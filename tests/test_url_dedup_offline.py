@@ -11,6 +11,7 @@ import pytest
 
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint, host_of
@@ -24,7 +25,7 @@ def _lines(*records: object) -> list[bytes]:
 
 def test_each_url_once_and_bad_lines_skipped() -> None:
     topics = Topics()
-    stage = UrlDedupStage(topics, "app")
+    stage = UrlDedupStage()
     lines = _lines({"url": "http://a.example/x"}, b"{not json", {"url": "http://a.example/x"},
                    {"url": 5}, {"source_url": "http://a.example/"}, {"url": "http://b.example/"})
 
@@ -40,7 +41,8 @@ def test_each_url_once_and_bad_lines_skipped() -> None:
             pass
 
     sink = Sink()
-    written = run_offline(stage, MemoryStore(), lines, topics.new_urls, out=sink)  # type: ignore[arg-type]
+    written = run_offline(SPEC.topology(topics, "app"), stage, MemoryStore(), lines,
+                          out=sink)  # type: ignore[arg-type]
     out = [orjson.loads(line) for line in sink.data.splitlines()]
     assert written == 2
     assert [(r["url"], r["host"]) for r in out] == [("http://a.example/x", "a.example"),

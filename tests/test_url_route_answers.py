@@ -16,18 +16,20 @@ from streams.config import RuntimeSettings
 from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.identity import ShardIdentities
-from streams.runtime.offline import LineMessage
+from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.partitioner import partition_for
-from streams.runtime.routing import RecentKeys, RoutingMemory
-from streams.runtime.stage import StageContext
+from streams.runtime.routing import RecentKeys
 from streams.runtime.store import MemoryStore
 from streams.stages.url_dedup.settings import UrlDedupSettings
+from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint
-from tests.memory_kafka import running
+from tests.memory_kafka import bind, running
 
 SHARDS = 4
+TOPOLOGY = SPEC.topology(Topics("t."), "app")
+SHARD_TOPIC = "t.app.url-dedup.shards"
 
 
 @given(st.lists(st.binary(min_size=16, max_size=16), max_size=300), st.integers(min_value=2, max_value=64))
@@ -48,10 +50,10 @@ class Routed:
     """A URL stage bound as the engine binds it, with the routing memory the engine keeps."""
 
     def __init__(self, owned: OwnedShards | None = None) -> None:
-        self.stage = UrlDedupStage(Topics("t."), "app", UrlDedupSettings(route_cache_urls=100))
-        self.memory = RoutingMemory(self.stage.needs().routing_memory_keys)
-        self.stage.bind(StageContext("url-dedup", SHARDS, owned if owned is not None else OwnedShards({}),
-                                     "t.dead-letters", 1024, routing=self.memory))
+        self.stage = UrlDedupStage(UrlDedupSettings(route_cache_urls=100))
+        context, processors = bind(self.stage, TOPOLOGY, SHARDS, owned)
+        self.memory = context.services.routing
+        self.process = processors.shards["shards"]
 
     def route(self, url: str, accepted: bool = True) -> list[Emit]:
         """Route one frontier record; ``accepted``: the runtime took its output (as the engine does)."""
@@ -92,20 +94,20 @@ def test_a_route_whose_output_the_runtime_refused_is_not_remembered() -> None:
 def test_the_engine_reports_only_shard_records_it_accepted() -> None:
     """A first sighting whose shard record is over the topic's limit becomes a dead letter
     (``output_too_large``); a later, smaller sighting must still reach the shard, not be answered."""
-    stage = UrlDedupStage(Topics("t."), "app")
-    with running(stage, outputs=("t.new-urls",), shards=SHARDS, limits={stage.state_topic: 2_000},
+    stage = UrlDedupStage()
+    with running(stage, TOPOLOGY, shards=SHARDS, limits={SHARD_TOPIC: 2_000},
                  settings=RuntimeSettings(worker_id="w", shards=SHARDS)) as (engine, broker, _):
         broker.fixed_shares["w"] = [("t.frontier", 0)]  # it owns no shard: the shard decides
         broker.append("t.frontier", 0, None, orjson.dumps({"url": URL, "anchor_text": "x" * 5_000}))
         broker.append("t.frontier", 0, None, orjson.dumps({"url": URL}))
         engine.step()
         assert [event for event in broker.events if event.startswith("produce")] == [
-            "produce dlq", f"produce {stage.state_topic}"]
+            "produce t.dead-letters", f"produce {SHARD_TOPIC}"]
 
 
 def _owning(store: MemoryStore, url: str = URL) -> OwnedShards:
     """The shards of a worker that owns only ``url``'s shard, kept in ``store``."""
-    identities = ShardIdentities(UrlDedupStage(Topics("t."), "app").needs().identity)
+    identities = ShardIdentities(UrlDedupStage().store().identity)
     owned = OwnedShards({partition_for(fingerprint(url), SHARDS): store}, identities.first_use)
     owned.begin()
     return owned
@@ -164,8 +166,9 @@ def test_a_shard_of_another_canonicalization_is_refused_at_routing_too() -> None
         Routed(_owning(store)).route(URL)
 
 
-def test_without_the_runtime_every_record_goes_to_its_shard() -> None:
-    """Unbound (no shards, no transactions) it routes everything, as offline."""
-    stage = UrlDedupStage(Topics("t."), "app")
-    message = LineMessage("t.frontier", 0, orjson.dumps({"url": URL}))
-    assert len(stage.route(message)) == len(stage.route(message)) == 1
+def test_offline_the_one_shard_is_owned_so_every_url_is_answered_at_routing() -> None:
+    """The offline driver is a worker owning the only shard: nothing goes through the shard topic."""
+    driver = OfflineDriver(TOPOLOGY, UrlDedupStage(), MemoryStore())
+    first = driver.decide(driver.message(1, orjson.dumps({"url": URL})))
+    again = driver.decide(driver.message(2, orjson.dumps({"url": URL + "#x"})))
+    assert ([emit.topic for emit in first], again) == (["t.new-urls"], [])

@@ -25,8 +25,7 @@ from twisted.python.failure import Failure
 from streams import config
 from streams.integrations.offsets import Offsets
 from streams.integrations.revisits import RevisitSchedule
-from streams.runtime.generations import current_topics
-from streams.runtime.kafka_io import KafkaConfig, pending_records
+from streams.runtime.api import KafkaConfig, current_topics, pending_records
 from streams.topics import Topics
 
 POLL_S = 0.1

@@ -179,9 +179,9 @@ class MetricsEndpoint:
     """The engine observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
 
     def __init__(self, settings: MetricsSettings, engine: Engine) -> None:
-        self.metrics = WorkerMetrics(engine.stage.name)
+        self.metrics = WorkerMetrics(engine.topology.stage)
         self.port = serve(self.metrics.registry, settings.host,
-                          settings.port or DEFAULT_PORTS.get(engine.stage.name, 9419))
+                          settings.port or DEFAULT_PORTS.get(engine.topology.stage, 9419))
         reader = Consumer(engine.kafka.consumer(engine.group))  # never subscribes: reads commits only
         self._lag = LagMonitor(AdminClient(engine.kafka.admin()), reader, engine.group,
                                lambda: engine.assignment, self.metrics.report_lag, settings.lag_interval_s)
