@@ -42,11 +42,15 @@ $(JARS): $(STAMP) streams/kafka_release.json
 	$(PY) -m streams kafka fetch
 	touch $@
 
+# The commit messages checked are those of the commits HEAD adds to COMMITS_BASE (tools/commit_messages.py).
+COMMITS_BASE ?= main
+
 lint: venv
 	$(VENV)/bin/ruff check streams tests bench tools setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
 	$(PY) tools/runtime_api.py streams
+	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
 unit: venv
 	$(PY) -m pytest -m "not kafka" -q
