@@ -50,12 +50,17 @@ def inputs(directory: Path, tree: Path) -> None:
             (directory / f"{name}.{kind}.jsonl").write_bytes(found.stdout)
 
 
-def capture(out: Path, tree: Path, lines: Path) -> None:
+def capture(out: Path, tree: Path, lines: Path, python: str | None = None) -> None:
+    """``python``: another interpreter than the tree's own (its console script is then imitated)."""
     out.mkdir(parents=True, exist_ok=True)
-    python, script = str(tree / ".venv/bin/python"), str(tree / ".venv/bin/crawl-dedup")
+    script = [str(tree / ".venv/bin/crawl-dedup")]
+    if python is not None:
+        script = [python, "-c", "import sys; sys.argv[0] = 'crawl-dedup'; from streams.cli import main; "
+                                "sys.exit(main())"]
+    python = python or str(tree / ".venv/bin/python")
     for command in COMMANDS:
         words = [command] if command else []
-        for label, argv in (("python-m", [python, "-m", "streams"]), ("script", [script])):
+        for label, argv in (("python-m", [python, "-m", "streams"]), ("script", script)):
             found = subprocess.run([*argv, *words, "--help"], cwd=tree, env=_env(), capture_output=True)
             name = f"help.{label}.{command or 'top'}"
             (out / f"{name}.out").write_bytes(found.stdout + f"exit {found.returncode}\n".encode())
@@ -99,6 +104,7 @@ def main(argv: list[str]) -> int:
     taken.add_argument("out", type=Path)
     taken.add_argument("--tree", type=Path, required=True)
     taken.add_argument("--inputs", type=Path, required=True)
+    taken.add_argument("--python", default=None, help="an interpreter other than TREE/.venv/bin/python")
     compared = commands.add_parser("compare")
     compared.add_argument("before", type=Path)
     compared.add_argument("after", type=Path)
@@ -107,7 +113,7 @@ def main(argv: list[str]) -> int:
         inputs(args.directory, args.tree.resolve())
         return 0
     if args.action == "capture":
-        capture(args.out, args.tree.resolve(), args.inputs.resolve())
+        capture(args.out, args.tree.resolve(), args.inputs.resolve(), args.python)
         return 0
     return compare(args.before, args.after)
 
