@@ -34,3 +34,21 @@ class ConfluentClients:
 
 
 CONFLUENT: Final[KafkaClients] = ConfluentClients()
+
+
+def worker_consumer(worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
+    """What a stage worker's consumer sets beyond :meth:`~streams.runtime.kafka_io.KafkaConfig.consumer`."""
+    return {
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        # librdkafka fetches 1 MB per partition per request by default: a handful of fetched
+        # pages. Batches of pages need more per round trip, or the worker waits on fetches.
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "max.poll.interval.ms": 600_000,
+        # Static membership (KIP-345): a restarted worker takes its old place at once
+        # instead of waiting for the killed member's session to expire.
+        "group.instance.id": worker_id,
+        "session.timeout.ms": session_timeout_ms,
+        # Partition i of every internal topic belongs to shard i: the range assignor gives one
+        # member the same partitions of topics of one partition count (streams/runtime/shards.py).
+        "partition.assignment.strategy": "range",
+    }

@@ -7,21 +7,25 @@ steps, and only the last touches local state:
 
 1. ``_consume`` up to ``batch_max_messages`` records (librdkafka's batch ``consume``, far faster
    than per-message ``poll`` from Python), read_committed.
-2. ``_process`` each record inside an open transaction: input topics are routed to the shard topic,
-   shard records are decided against :class:`BatchState` (store + in-memory writes of this batch);
-   a bad record becomes a dead letter in the same transaction, and so does a record whose output
-   would exceed its topic's size limit (``output_too_large``; :mod:`streams.runtime.outputs`).
-3. ``_commit``: the batch's state writes go to the changelog, the consumed offsets are added with
-   ``send_offsets_to_transaction`` (KIP-447: the group generation fences zombies), and the
-   transaction commits. Outputs, changelog and offsets become visible together or not at all.
-4. ``_apply``: only now are the writes applied to RocksDB, with the changelog offset they reach,
+2. ``_process_until`` each record inside an open transaction: records of input topics are routed
+   by the stage's ``route`` step, records of its internal topics decided by their processors
+   against :class:`BatchState` (store + in-memory writes of this batch); a bad record becomes a
+   dead letter in the same transaction, and so does a record whose output would exceed its topic's
+   size limit (``output_too_large``; :mod:`streams.runtime.outputs`). The stage's scheduled
+   callbacks run last (:mod:`streams.runtime.schedule`).
+3. ``Commit.commit`` (:mod:`streams.runtime.commit`): the batch's state writes go to the changelog,
+   the consumed offsets are added with ``send_offsets_to_transaction`` (KIP-447: the group
+   generation fences zombies), and the transaction commits. Outputs, changelog and offsets become
+   visible together or not at all.
+4. ``apply``: only now are the writes applied to RocksDB, with the changelog offset they reach,
    in one WriteBatch. A crash between 3 and 4 leaves the store one batch behind; recovery replays
    that batch from the changelog on restart. A crash before 3 aborts the transaction (the next
    ``init_transactions`` with the same ``transactional.id`` fences and aborts it).
 
 The transactional id is ``<app>-<stage>-<worker_id>``: stable across restarts of one worker so a
 restarted worker aborts its killed predecessor's open transaction at once instead of leaving
-read_committed consumers blocked until ``transaction.timeout.ms``.
+read_committed consumers blocked until ``transaction.timeout.ms``. The shards a worker owns, their
+stores opened and recovered on assignment, are :mod:`streams.runtime.shards`'.
 """
 
 from __future__ import annotations
@@ -31,22 +35,21 @@ import math
 import signal
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
-from streams.runtime.batch import BatchState, Emit, OwnedShards
-from streams.runtime.clients import CONFLUENT, KafkaClients
+from streams.runtime.batch import BatchState
+from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
+from streams.runtime.commit import Commit, apply
 from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
-from streams.runtime.identity import ShardIdentities
-from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
+from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.outputs import Outputs
-from streams.runtime.recovery import recover
+from streams.runtime.shards import Shards, StoreFactory, stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 from streams.runtime.topology import Topology, shard_handlers
@@ -54,8 +57,6 @@ from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
 
-
-StoreFactory = Callable[[int], PartitionStore]
 Step = Literal["batch", "report", "idle"]
 
 # How long past its own timeout a transactional call may stay blocked before the watchdog calls the
@@ -94,11 +95,6 @@ def _current() -> None:
     """An assignment check that finds every assignment current (a worker not run by the runner)."""
 
 
-def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
-    """Where one worker keeps one stage's shard stores."""
-    return Path(settings.state_dir) / settings.app_id / stage_name / settings.worker_id
-
-
 class Engine:
     """Drives one :class:`Stage` in one worker process until stopped."""
 
@@ -116,19 +112,17 @@ class Engine:
         :mod:`streams.runtime.generations`)."""
         self.stage = stage
         self.topology = topology
-        self._clients = clients
         self.kafka = kafka
         self.group = topology.group
         self.settings = settings
         self.changelog_topic = topology.changelog
         self.counters = Counters()
         self._declared = declared = stage.store()
-        self._store_factory = store_factory or self._rocks_store
-        self._stores: dict[int, PartitionStore] = {}
-        self._identities = ShardIdentities(declared.identity)
-        self._owned = OwnedShards(self._stores, self._identities.first_use)
+        self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity,
+                              store_factory or self._rocks_store, kafka, clients, self.counters)
+        self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
-        self._shard_topics = frozenset(topology.shard_topics)
+        self._shard_topics = self._shards.topics
         # The records routed: a stage whose input is keyed already routes none, it decides them.
         self._inputs = frozenset(topology.input_topics) - self._shard_topics
         self._assignment_check = assignment_check
@@ -137,20 +131,9 @@ class Engine:
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
-        self._consumer = clients.consumer(self.kafka.consumer(topology.group, **{
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            # librdkafka fetches 1 MB per partition per request by default: a handful of fetched
-            # pages. Batches of pages need more per round trip, or the worker waits on fetches.
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "max.poll.interval.ms": 600_000,
-            # Static membership (KIP-345): a restarted worker takes its old place at once
-            # instead of waiting for the killed member's session to expire.
-            "group.instance.id": settings.worker_id,
-            "session.timeout.ms": DRAIN_SESSION_TIMEOUT_MS if drain else 30_000,
-            # Partition i of every internal topic belongs to shard i: the range assignor gives one
-            # member the same partitions of topics of one partition count (checked in _on_assign).
-            "partition.assignment.strategy": "range",
-        }))
+        session_ms = DRAIN_SESSION_TIMEOUT_MS if drain else 30_000
+        self._consumer = clients.consumer(kafka.consumer(topology.group, **worker_consumer(settings.worker_id,
+                                                                                          session_ms)))
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
@@ -158,6 +141,8 @@ class Engine:
             f"{topology.group}.{settings.worker_id}", settings.transaction_timeout_s,
             max_message_bytes=self._outputs.largest_record_bytes))
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
+        self._commit = Commit(self._producer, self._watchdog, topology.changelog,
+                              settings.transaction_timeout_s, self.counters)
         context = StageContext(topology, settings.shards, self._owned, self._input_reader, self.counters,
                                settings.dead_letter_max_value_bytes)
         processors = stage.init(context)
@@ -166,7 +151,7 @@ class Engine:
         services = context.services
         self._routing = services.routing
         self._punctuators = services.punctuators
-        self._revoked_listeners = services.revoked
+        self._shards.listeners = services.revoked
         self._positions = services.punctuators.tracker(self._consumer, self._inputs,
                                                        settings.transaction_timeout_s, self._cut)
         self._flow = services.flow(self._consumer, self._inputs, self.counters)
@@ -256,9 +241,7 @@ class Engine:
                 self._consumer.close()
                 self._producer.flush(10)
                 self._input_reader.close()
-            for store in self._stores.values():
-                store.close()
-            self._stores.clear()
+            self._shards.close()
         finally:
             self._watchdog.close()
 
@@ -267,36 +250,17 @@ class Engine:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assignment_check()
         self._cut.assigned(partitions)
-        shards = self._assigned_shards(partitions)
-        opened = {shard: self._store_factory(shard) for shard in sorted(shards) if shard not in self._stores}
-        result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients)
-        self.counters.recovered_records += result.total
-        for partition, store in opened.items():
-            self._identities.opened(partition, store)
-        self._stores.update(opened)
+        self._shards.assigned(partitions)
         self._positions.assigned(partitions)
         self.assignment = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self._assigned = True
         self._last_activity = time.monotonic()
         log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
-    def _assigned_shards(self, partitions: list[TopicPartition]) -> set[int]:
-        """The shards of an assignment; every shard topic's partition i must come with the others'."""
-        by_topic: dict[str, set[int]] = {topic: set() for topic in self._shard_topics}
-        for tp in partitions:
-            if tp.topic in self._shard_topics:
-                by_topic[tp.topic].add(tp.partition)
-        shards = set().union(*by_topic.values())
-        if any(found != shards for found in by_topic.values()):
-            raise RuntimeFailure(f"an assignment that splits shards between workers ({by_topic}): "
-                                 "every internal topic needs the same partition count, and the group "
-                                 "the range assignor")
-        return shards
-
     @property
     def stores(self) -> dict[int, PartitionStore]:
         """The shard stores this worker owns now (for measurements)."""
-        return self._stores
+        return self._shards.stores
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
@@ -304,14 +268,7 @@ class Engine:
         self._positions.revoked(revoked)
         self._flow.revoked(revoked)
         self._cut.revoked(revoked)
-        shards = sorted({tp.partition for tp in partitions if tp.topic in self._shard_topics})
-        self._identities.revoked(shards)
-        for listener in self._revoked_listeners:
-            listener(shards)
-        for shard in shards:
-            store = self._stores.pop(shard, None)
-            if store is not None:
-                store.close()
+        self._shards.revoked(partitions)
 
     def _punctuate_idle(self) -> bool:
         """With no input to process: run the scheduled callbacks in a transaction of their own when
@@ -322,15 +279,15 @@ class Engine:
         states = self._owned.begin()
         self._producer.begin_transaction()
         try:
-            self._produce(self._punctuators.run(positions))
-            changelog_ends = self._commit([], states)
+            self._commit.produce(self._punctuators.run(positions))
+            changelog_ends = self._commit.commit([], states, self._consumer)
         except KafkaException as error:
             self._abort([], error)
             return False
-        self._apply(states, changelog_ends)
+        apply(states, changelog_ends)
         self._positions.committed(positions)
         self._punctuators.committed()
-        self._identities.committed()
+        self._shards.identities.committed()
         return True
 
     # -- the four steps of a batch -------------------------------------------------------------
@@ -346,13 +303,13 @@ class Engine:
         if not messages:
             messages = self._consumer.consume(limit, timeout=self.settings.batch_max_wait_s)
         batch = []
-        shard_topics = self._shard_topics
+        shard_topics, stores = self._shard_topics, self._shards.stores
         by_topic = self.counters.consumed_by_topic
         for message in messages:
             error = message.error()
             if error is None:
                 topic = message.topic() or ""
-                if topic in shard_topics and message.partition() not in self._stores:
+                if topic in shard_topics and message.partition() not in stores:
                     continue  # fetched before its partition was revoked: not ours to process
                 batch.append(message)
                 by_topic[topic] = by_topic.get(topic, 0) + 1
@@ -379,15 +336,15 @@ class Engine:
                 states, done = self._process_until(batch, start, began + budget_s)
                 part = batch[start:start + done]
                 positions = self._positions.after(part)
-                self._produce(self._punctuators.run(positions))
-                changelog_ends = self._commit(part, states)
+                self._commit.produce(self._punctuators.run(positions))
+                changelog_ends = self._commit.commit(part, states, self._consumer)
             except KafkaException as error:
                 self._abort(batch[start:], error)
                 return
-            self._apply(states, changelog_ends)
+            apply(states, changelog_ends)
             self._positions.committed(positions)
             self._punctuators.committed()
-            self._identities.committed()
+            self._shards.identities.committed()
             self._routing.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
@@ -430,63 +387,8 @@ class Engine:
                               message.offset())
                 emits = [self._outputs.dead_letter(message, "processing_error", repr(error))]
             if emits:
-                self._produce(emits)
+                self._commit.produce(emits)
         return states, done
-
-    def _produce(self, emits: list[Emit]) -> None:
-        produce = self._producer.produce
-        by_topic = self.counters.emitted_by_topic
-        for emit in emits:
-            by_topic[emit.topic] = by_topic.get(emit.topic, 0) + 1
-            try:
-                if emit.partition is None:
-                    produce(emit.topic, emit.value, emit.key)
-                else:
-                    produce(emit.topic, emit.value, emit.key, partition=emit.partition)
-            except BufferError:
-                produce_when_room(self._producer, self.settings.transaction_timeout_s, emit.topic,
-                                  emit.value, emit.key, emit.partition)
-        self.counters.emitted += len(emits)
-
-    def _commit(self, batch: list[Message], states: dict[int, BatchState]) -> dict[int, int]:
-        """Changelog, offsets and outputs in one transaction; returns each shard's changelog end."""
-        changelog_ends: dict[int, int] = {}
-
-        def remember(err: KafkaError | None, msg: Message) -> None:
-            partition, offset = msg.partition(), msg.offset()
-            if err is None and partition is not None and offset is not None:
-                changelog_ends[partition] = offset
-
-        for partition, state in states.items():
-            items = list(state.writes.items())
-            for index, (key, value) in enumerate(items):
-                on_delivery = remember if index == len(items) - 1 else None
-                try:
-                    self._producer.produce(self.changelog_topic, value, key, partition=partition,
-                                           on_delivery=on_delivery)
-                except BufferError:
-                    produce_when_room(self._producer, self.settings.transaction_timeout_s,
-                                      self.changelog_topic, value, key, partition, on_delivery)
-        timeout_s = self.settings.transaction_timeout_s
-        if batch:  # a transaction of scheduled callbacks alone consumed nothing
-            with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
-                self._producer.send_offsets_to_transaction(
-                    self._offsets(batch), self._consumer.consumer_group_metadata(), timeout_s)
-        with self._watchdog.guard("commit_transaction", timeout_s):
-            self._producer.commit_transaction(timeout_s)
-        self._producer.poll(0)  # serve any delivery report commit_transaction left queued
-        return changelog_ends
-
-    @staticmethod
-    def _offsets(batch: list[Message]) -> list[TopicPartition]:
-        # A partition's records are in offset order: the last one seen gives its next offset.
-        last = {(message.topic(), message.partition()): message.offset() for message in batch}
-        return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]  # type: ignore[arg-type,operator]
-
-    def _apply(self, states: dict[int, BatchState], changelog_ends: dict[int, int]) -> None:
-        for partition, state in states.items():
-            if state.writes:
-                state.store.apply(state.writes, changelog_ends.get(partition))
 
     def _abort(self, batch: list[Message], error: KafkaException) -> None:
         """An abortable error: drop the batch's state, abort, rewind to the batch's first offsets."""
@@ -494,7 +396,7 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
-        self._identities.aborted()
+        self._shards.identities.aborted()
         self._routing.aborted()
         self._punctuators.aborted()
         with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):

@@ -31,7 +31,7 @@ from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch, StaleGeneration, StreamsError
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
-from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver, stage_dir
+from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
 from streams.runtime.kafka_io import (
     COMPACTED,
@@ -42,6 +42,7 @@ from streams.runtime.kafka_io import (
     output_limits,
     partition_count,
 )
+from streams.runtime.shards import stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import private_dir
 from streams.runtime.topology import Topology
