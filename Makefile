@@ -49,7 +49,7 @@ lint: venv
 	$(VENV)/bin/ruff check streams tests bench tools setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
-	$(PY) tools/runtime_api.py streams
+	$(PY) tools/import_rules.py streams
 	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
 unit: venv

@@ -12,7 +12,7 @@
    ``--lookup-sizes`` fingerprints in its block tables (bench/content_lookup.py), read through
    once (the steady state of a worker sized for its pages); ``--lookup-formats plain,block`` times
    block-based stores with a ``--lookup-cache-mb`` block cache beside them.
-3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/simweb.py, all pages at once so
+3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/dev/simweb.py, all pages at once so
    copies race their originals): every page must get exactly one verdict (read_committed), no
    cluster of copies may lose all its members, and the duplicates found are offline mode's on the
    pages in fetch order (at least 99.5 % of them, none it does not call).
@@ -43,7 +43,8 @@ import orjson
 from bench import content_lookup
 from bench import harness as h
 from bench.neardup_set import CORPUS, corpus_files
-from streams import records, registry, simweb
+from streams import records, registry
+from streams.dev import simweb
 from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.offline import run_offline

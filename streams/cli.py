@@ -144,7 +144,7 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from streams import demo
+    from streams.dev import demo
 
     return demo.run()
 

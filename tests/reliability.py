@@ -40,7 +40,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench.harness import caught_up
-from streams import config, registry, simweb
+from streams import config, registry
+from streams.dev import simweb
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 
@@ -126,7 +127,7 @@ def frontier(seed: int, distinct: int, total: int) -> list[Record]:
 
 
 def crawl_pages(seed: int, articles: int, refetch_days: int = 2) -> tuple[list[Record], list[Record]]:
-    """Fetched pages of a simulated crawl (:mod:`streams.simweb`): the originals, then their copies
+    """Fetched pages of a simulated crawl (:mod:`streams.dev.simweb`): the originals, then their copies
     (mirrors and near copies an hour later; every original fetched again each day for
     ``refetch_days`` days, each time half of them rewritten), each keyed by URL."""
     pages = simweb.crawl(seed=seed, articles=articles)

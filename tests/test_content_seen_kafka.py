@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from bench import harness as h
-from streams import simweb
+from streams.dev import simweb
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 from tests.conftest import PROJECT_ROOT, run_cli

@@ -21,7 +21,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams import records, simweb
+from streams import records
+from streams.dev import simweb
 from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page
 from streams.pages.decode import Skipped
 from streams.runtime.offline import run_offline

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from streams import simweb
+from streams.dev import simweb
 from streams.errors import ConfigError, RecordRejected, StateError
 from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
 from streams.runtime.store import MemoryStore

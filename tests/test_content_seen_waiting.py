@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from streams import simweb
+from streams.dev import simweb
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.message import InputPositions, InputReader
 from streams.runtime.offline import LineMessage

@@ -13,5 +13,5 @@ def test_demo_summary_matches_the_planted_crawl(kafka: KafkaConfig) -> None:
     assert "new URLs out 5,000 planted distinct: 5,000" in out
     assert "mirrors found 60 of 60" in out
     assert "dead letters 26" in out
-    assert "counts match what was planted" in out  # streams.demo.mismatches found none
+    assert "counts match what was planted" in out  # streams.dev.demo.mismatches found none
     assert "6. stopped the workers" in out

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from streams.demo import MALFORMED_PAGES, NEAR_COPIES_FOUND_AT_LEAST, Outcome, PlantedCrawl, mismatches
+from streams.dev.demo import MALFORMED_PAGES, NEAR_COPIES_FOUND_AT_LEAST, Outcome, PlantedCrawl, mismatches
 
 CRAWL = PlantedCrawl(records=[], distinct_urls=5_000, malformed=20, respelled=0)
 PLANTED = Counter({"original": 60, "mirror": 60, "near": 30, "refetch": 60})

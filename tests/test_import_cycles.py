@@ -84,9 +84,14 @@ def test_reaching_into_the_runtime_is_found(tmp_path: Path, files: dict[str, str
                        "runtime/engine.py": "", **files}.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
-    assert _tool("runtime_api").reaching_in(package) == expected
+    assert _tool("import_rules").reaching_in(package) == expected
 
 
 def test_stages_and_integrations_use_the_runtime_through_its_api_only() -> None:
-    """streams/runtime/api.py is the runtime's public surface (tools/runtime_api.py, make lint)."""
-    assert _tool("runtime_api").reaching_in(ROOT / "streams") == []
+    """streams/runtime/api.py is the runtime's public surface (tools/import_rules.py, make lint)."""
+    assert _tool("import_rules").reaching_in(ROOT / "streams") == []
+
+
+def test_development_code_is_imported_by_the_demo_command_alone() -> None:
+    """streams.dev (the demo, the simulated web) ships in the package but runs nowhere else."""
+    assert _tool("import_rules").dev_users(ROOT / "streams") == []

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import harness as h
 from streams import config
-from streams.demo import free_port
+from streams.dev.demo import free_port
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from tests.conftest import PROJECT_ROOT, run_cli

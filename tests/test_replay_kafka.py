@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from streams import records, simweb
+from streams import records
+from streams.dev import simweb
 from streams.records import RecordKind
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics

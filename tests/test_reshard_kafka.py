@@ -27,7 +27,8 @@ from typing import Any
 import orjson
 
 from bench import harness as h
-from streams import config, records, simweb
+from streams import config, records
+from streams.dev import simweb
 from streams.runtime.generations import read_generation
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.partitioner import partition_for

@@ -1,7 +1,7 @@
 """The runtime's public surface: all a stage or an integration imports from :mod:`streams.runtime`.
 
 The rest of ``streams/runtime/`` is the runtime's own (the engine, recovery, the commit steps, the
-Kafka plumbing) and may change shape without a stage noticing; ``tools/runtime_api.py`` (run by
+Kafka plumbing) and may change shape without a stage noticing; ``tools/import_rules.py`` (run by
 ``make lint``) refuses an import of it from ``streams/stages/`` or ``streams/integrations/``.
 
 What a stage is made of:

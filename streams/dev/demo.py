@@ -6,7 +6,7 @@ What it does, in order, and prints as it goes:
 2. starts the three stages as separate worker processes (url-dedup, content-seen, revisit) on fresh
    ``demo-<time>.*`` topics;
 3. replays a generated crawl: a frontier of URLs discovered many times over, spelled in several
-   ways, with malformed records; then fetched pages from a simulated web (streams/simweb.py):
+   ways, with malformed records; then fetched pages from a simulated web (streams/dev/simweb.py):
    originals in English, Chinese and Japanese (GB18030, Big5, Shift_JIS, EUC-JP), mirrors of them
    on other hosts inside other templates, near copies, then a day later every original fetched
    again, half of them changed; and malformed page records;
@@ -33,7 +33,8 @@ from typing import Any, Final
 
 import orjson
 
-from streams import config, kafka_local, registry, simweb
+from streams import config, kafka_local, registry
+from streams.dev import simweb
 from streams.ops.progress import ProgressBoard
 from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
