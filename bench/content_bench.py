@@ -41,8 +41,6 @@ from typing import Any
 import orjson
 
 from bench import content_lookup
-from bench import harness as h
-from bench.neardup_set import CORPUS, corpus_files
 from streams import records, registry
 from streams.dev import simweb
 from streams.pages.analyze import PageSettings, analyze_page
@@ -51,6 +49,8 @@ from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore, RocksStore
 from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
+from testing import harness as h
+from testing.neardup_set import CORPUS, corpus_files
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 8

@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench import harness as h
 from streams import registry
 from streams.pages.analyze import design_for
 from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics, read_to_end
@@ -39,6 +38,7 @@ from streams.stages.revisit.stage import RevisitStage
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls import canonical
+from testing import harness as h
 
 OLD_SHARDS, NEW_SHARDS = 4, 8
 RESULTS = Path(__file__).parent / "results"

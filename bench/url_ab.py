@@ -17,10 +17,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from bench import harness as h
 from bench.frontier_gen import frontier
 from bench.url_bench import PARTITIONS, passthrough_rate, stage_rate
 from streams.topics import Topics
+from testing import harness as h
 
 
 def main() -> int:

@@ -35,11 +35,11 @@ from typing import Any
 
 import orjson
 
-from bench import harness as h
 from bench.frontier_gen import frontier
 from bench.url_memory import measure_memory, offline_exact
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
+from testing import harness as h
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 8

@@ -1,5 +1,6 @@
-"""The judged ClueWeb pairs (bench/clueweb_bench.py): the acceptance figures of issue 19 at the default
-settings, and the benchmark's scoring and rule selection on small made-up cases.
+"""The judged ClueWeb pairs (testing/clueweb.py, which bench/clueweb_bench.py reports on): the
+acceptance figures of issue 19 at the default settings, and the scoring and rule selection on small
+made-up cases.
 
 The pairs are read from ``../shared/corpus/copycat-clueweb``; the test that needs them is skipped when
 they are absent. Analysing the 165 judged pairs takes a few seconds.
@@ -7,24 +8,17 @@ they are absent. Analysing the 165 judged pairs takes a few seconds.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench.clueweb_bench import (
-    PAIRS,
-    Measured,
-    Selection,
-    call_matrix,
-    decide,
-    load_pairs,
-    main,
-    measure_pairs,
-    scores,
-)
 from streams.pages.analyze import PageSettings
 from streams.pages.sketch import DEFAULT_RULE, NearDuplicateRule
+from testing.cli import PROJECT_ROOT
+from testing.clueweb import PAIRS, Measured, Selection, call_matrix, decide, load_pairs, measure_pairs, scores
 
 
 def test_default_settings_on_the_judged_pairs() -> None:
@@ -40,10 +34,13 @@ def test_default_settings_on_the_judged_pairs() -> None:
     assert all(decide(m, DEFAULT_RULE) == (m.exact or (m.shares_key and m.accepted)) for m in measured)
 
 
-def test_absent_pairs_skip_cleanly(tmp_path: Path) -> None:
-    said: list[str] = []
-    assert main(["--pairs", str(tmp_path / "none.jsonl"), "--results", str(tmp_path)], said.append) == 0
-    assert said and said[0].startswith("skipped") and not list(tmp_path.iterdir())
+def test_the_benchmark_skips_cleanly_without_the_pairs(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    command = [sys.executable, "-m", "bench.clueweb_bench", "--pairs", str(tmp_path / "none.jsonl"),
+               "--results", str(results)]
+    ran = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120, check=False)
+    assert ran.returncode == 0 and ran.stdout.startswith("skipped") and not list(results.iterdir())
 
 
 def _measured(label: str, distance: int, ratio: float, resemblance: float, key: bool = True) -> Measured:

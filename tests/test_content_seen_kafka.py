@@ -5,18 +5,18 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from bench import harness as h
 from streams.dev import simweb
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
-from tests.conftest import PROJECT_ROOT, run_cli
+from testing import harness as h
+from testing.cli import PROJECT_ROOT
+from testing.verdicts import check_against_plan, offline_verdicts
 
 INPUT_PARTITIONS = 4
 
@@ -41,37 +41,6 @@ def _worker(kafka: KafkaConfig, prefix: str, state: Path, worker_id: str, *extra
 
 def _verdicts(kafka: KafkaConfig, topics: Topics) -> list[dict[str, Any]]:
     return [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.page_verdicts)]
-
-
-def _offline_verdicts(kafka: KafkaConfig, pages: list[simweb.PlantedPage],
-                      state: Path) -> list[dict[str, Any]]:
-    lines = b"".join(orjson.dumps(page.record) + b"\n" for page in pages)
-    result = run_cli(kafka, "content-seen", "--offline", "--state-dir", str(state), stdin=lines)
-    assert result.returncode == 0, result.stderr.decode()
-    return [orjson.loads(line) for line in result.stdout.splitlines()]
-
-
-def _check_against_plan(pages: list[simweb.PlantedPage], verdicts: list[dict[str, Any]],
-                        reference: list[dict[str, Any]]) -> None:
-    """One verdict per page; originals unique, mirrors (same main text) exact duplicates of their
-    originals; near copies as the offline mode decided them (whether 2 changed words stay within k
-    bits is SimHash's call)."""
-    by_url = Counter(v["url"] for v in verdicts)
-    assert set(by_url) == {page.url for page in pages}
-    assert max(by_url.values()) == 1, "a page got two verdicts"
-    found = {v["url"]: v for v in verdicts}
-    offline = {v["url"]: v for v in reference}
-    for page in pages:
-        verdict = found[page.url]
-        expected = {"original": "unique", "mirror": "duplicate"}.get(page.kind, offline[page.url]["verdict"])
-        assert verdict["verdict"] == expected, (page.kind, page.url, verdict)
-        if page.kind == "mirror":
-            assert verdict["kind"] == "exact" and verdict["distance"] == 0, verdict
-            assert verdict["duplicate_of"] == page.copy_of, verdict
-        if page.kind == "near":
-            assert verdict["duplicate_of"] == offline[page.url]["duplicate_of"], verdict
-        assert (verdict["simhash"], verdict["digest"]) == (offline[page.url]["simhash"],
-                                                          offline[page.url]["digest"])
 
 
 def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConfig, prefix: str,
@@ -101,7 +70,7 @@ def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConf
         _, err = worker.communicate(timeout=240)
         assert worker.returncode == 0, err.decode()[-2000:]
     verdicts = _verdicts(kafka, topics)
-    _check_against_plan(pages, verdicts, _offline_verdicts(kafka, pages, tmp_path / "offline"))
+    check_against_plan(pages, verdicts, offline_verdicts(kafka, pages, tmp_path / "offline"))
     unique = [orjson.loads(m.value() or b"{}") for m in read_to_end(kafka, topics.unique_pages)]
     assert sorted(u["url"] for u in unique) == sorted(v["url"] for v in verdicts if v["verdict"] == "unique")
     assert all(len(u["simhash"]) == 16 and u["digest"] and u["body_base64"] for u in unique)
@@ -113,9 +82,9 @@ def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConf
 
 def test_offline_mode_gives_one_verdict_per_line_in_order(kafka: KafkaConfig, tmp_path: Path) -> None:
     pages = simweb.crawl(seed=5, articles=8)
-    verdicts = _offline_verdicts(kafka, pages, tmp_path)
+    verdicts = offline_verdicts(kafka, pages, tmp_path)
     assert [v["url"] for v in verdicts] == [page.url for page in pages]
-    _check_against_plan(pages, verdicts, verdicts)
+    check_against_plan(pages, verdicts, verdicts)
 
 
 @pytest.mark.parametrize(("kills", "page_cache_mb"), [
@@ -153,7 +122,7 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     assert all(members & unique for members in clusters.values()), "a cluster lost all its members"
     # every page was in the input before the worker started: the copies racing their originals are
     # all found, as offline mode finds them on the pages in fetch order
-    offline = {v["url"]: v for v in _offline_verdicts(kafka, pages, tmp_path / "offline")}
+    offline = {v["url"]: v for v in offline_verdicts(kafka, pages, tmp_path / "offline")}
     assert {v["url"]: (v["verdict"], v["kind"]) for v in verdicts} == {
         url: (v["verdict"], v["kind"]) for url, v in offline.items()}
     if page_cache_mb is not None:

@@ -3,7 +3,7 @@ any number of input partitions, shards and workers, with aborted transactions, c
 rebalances, the page stage gives the verdicts offline mode gives on the same pages sorted by order
 key.
 
-The stage runs on a simulated cluster (tests/simcluster.py), so Hypothesis can choose the clusters
+The stage runs on a simulated cluster (testing/simcluster.py), so Hypothesis can choose the clusters
 of copies, the arrival order, the partitions each page goes through and how the workers interleave.
 """
 
@@ -31,7 +31,7 @@ from streams.stages.content_seen import intake
 from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
-from tests import simcluster
+from testing import simcluster
 
 TOPICS = Topics("race.")
 TOPOLOGY = SPEC.topology(TOPICS, "race")

@@ -16,7 +16,7 @@ from streams.stages.content_seen import buckets
 from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
-from tests.memory_kafka import bind
+from testing.stages import bind
 
 TOPICS = Topics("unit.")
 TOPOLOGY = SPEC.topology(TOPICS, "a")

@@ -20,7 +20,7 @@ from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.stages.content_seen.waiting import PageCache, Source
 from streams.topics import Topics
-from tests.memory_kafka import bind
+from testing.stages import bind
 
 TOPICS = Topics("unit.")
 TOPOLOGY = SPEC.topology(TOPICS, "a")

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
+from testing import harness as h
 
 KILLS = 3
 

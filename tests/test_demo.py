@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.runtime.kafka_io import KafkaConfig
-from tests.conftest import run_cli
+from testing.cli import run_cli
 
 
 def test_demo_summary_matches_the_planted_crawl(kafka: KafkaConfig) -> None:

@@ -1,7 +1,7 @@
 """The engine's exactly-once argument as a Hypothesis state machine, with no broker.
 
 Two workers run the URL stage (the stage that answers at routing, from memory and from the shards
-it owns) on an in-memory Kafka (``tests/memory_kafka.py``) through the engine's public steps.
+it owns) on an in-memory Kafka (``testing/memory_kafka.py``) through the engine's public steps.
 Hypothesis interleaves new input, batches, crashes (at a produce, at the offsets, before or after
 the commit, at the store's apply), abortable errors, kills between batches, restarts and
 rebalances, and checks after every step:
@@ -36,7 +36,7 @@ from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
-from tests.memory_kafka import Crash, MemoryKafka, abortable
+from testing.memory_kafka import Crash, MemoryKafka, abortable
 
 TOPICS = Topics("t.")
 APP = "app"

@@ -1,6 +1,6 @@
 """The runtime's batch steps on an in-memory Kafka: routing, state, dead letters, offsets.
 
-The engine is driven through its public steps with its clients made by ``tests/memory_kafka.py``
+The engine is driven through its public steps with its clients made by ``testing/memory_kafka.py``
 (librdkafka is never contacted), so these tests pin the commit logic; tests/test_engine_states.py
 interleaves crashes, aborts and rebalances, and tests/test_crash_kafka.py proves the same against
 the broker.
@@ -15,8 +15,8 @@ from typing import Any, cast
 import orjson
 import pytest
 
-from streams.errors import RecordRejected, StateError
-from streams.runtime.api import InputPositions, Message, Processors, StageContext, StoreSpec
+from streams.errors import StateError
+from streams.runtime.api import InputPositions, Message, Processors, StageContext
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.clients import KafkaClients
 from streams.runtime.counters import Counters
@@ -26,7 +26,8 @@ from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
 from streams.runtime.recovery import recover, start_offset
 from streams.runtime.store import MemoryStore
-from tests.memory_kafka import Crash, MemoryKafka, running
+from testing.memory_kafka import Crash, MemoryKafka
+from testing.stages import EchoStage, running
 
 
 @dataclass
@@ -44,34 +45,6 @@ class StubConsumer:
 
     def consume(self, limit: int, timeout: float) -> list[Any]:
         return []
-
-
-class EchoStage:
-    """Routes ``{"k": ...}`` records by key; emits each key's first sighting."""
-
-    state_topic = "shards"
-
-    def store(self) -> StoreSpec:
-        return StoreSpec()
-
-    def init(self, context: StageContext) -> Processors:
-        self.context = context
-        return Processors(route=self.route, shards={"shards": self.process})
-
-    def route(self, message: Message) -> list[Emit]:
-        record = orjson.loads(message.value() or b"null")
-        if not isinstance(record, dict) or "k" not in record:
-            raise RecordRejected("schema", "no k")
-        if record["k"] == "boom":
-            raise ValueError("a bug in the stage")
-        return [Emit(self.state_topic, message.value(), record["k"].encode())]
-
-    def process(self, message: Message, state: BatchState) -> list[Emit]:
-        key = message.key() or b""
-        if state.get(key) is not None:
-            return []
-        state.set(key, b"1")
-        return [Emit("out", message.value(), key)]
 
 
 def _values(broker: MemoryKafka, topic: str) -> list[tuple[bytes | None, bytes | None]]:

@@ -1,7 +1,7 @@
 """Hostile input through Kafka (issue 7, item 4): every bad record a dead letter with its reason, every
 valid one processed, the workers still running at the end with bounded memory.
 
-The mix (:mod:`bench.hostile`) goes to fresh input topics that take 20 MiB records; the three
+The mix (:mod:`testing.hostile`) goes to fresh input topics that take 20 MiB records; the three
 stages run at once as worker processes, as an operator runs them, and exit when idle. Then, read
 committed: each stage's dead letters match the expected reasons one by one (found by the source
 partition and offset, with the original bytes' size and prefix), each processed record has exactly
@@ -32,13 +32,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench import hostile
-from bench.hostile import PAGE_STAGE, REVISIT_STAGE, URL_STAGE, Case
 from streams import config
 from streams.records import DEAD_LETTER_KEY_BYTES, DEFAULT_DEAD_LETTER_VALUE_BYTES
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
-from tests.conftest import PROJECT_ROOT
+from testing import hostile
+from testing.cli import PROJECT_ROOT
+from testing.hostile import PAGE_STAGE, REVISIT_STAGE, URL_STAGE, Case
 
 RSS_BOUND_MB = 1536
 PARTITIONS = 2

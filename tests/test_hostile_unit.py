@@ -18,8 +18,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import hostile
-from bench.hostile import PAGE_STAGE, PROCESSED, REVISIT_STAGE, URL_STAGE, Case
 from streams import records, registry
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected
@@ -40,8 +38,10 @@ from streams.stages.revisit.stage import RevisitStage, _content_length, revisit_
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls import canonical
-from tests.memory_kafka import MemoryKafka, plain_topology, running
-from tests.test_engine_unit import EchoStage
+from testing import hostile
+from testing.hostile import PAGE_STAGE, PROCESSED, REVISIT_STAGE, URL_STAGE, Case
+from testing.memory_kafka import MemoryKafka
+from testing.stages import EchoStage, plain_topology, running
 
 TOPICS = Topics("h.")
 

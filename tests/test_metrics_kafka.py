@@ -16,12 +16,12 @@ from pathlib import Path
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import harness as h
 from streams import config
 from streams.dev.demo import free_port
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
-from tests.conftest import PROJECT_ROOT, run_cli
+from testing import harness as h
+from testing.cli import PROJECT_ROOT, run_cli
 
 BACKLOG = 60_000
 

@@ -1,4 +1,4 @@
-"""The labelled near-duplicate set (bench/neardup_set.py): the acceptance figure at default settings,
+"""The labelled near-duplicate set (testing/neardup_set.py): the acceptance figure at default settings,
 the metric's definition, and the transformations on small pages.
 
 The acceptance test builds the whole set from ``../shared/corpus`` (about 2,300 pages) and runs the
@@ -11,9 +11,12 @@ import random
 
 import pytest
 
-from bench.neardup_bench import run_ours
-from bench.neardup_set import CORPUS, LabelledPage, build_set, score
-from bench.neardup_transforms import (
+from streams.pages.analyze import PageSettings
+from streams.pages.decode import DecodedPage, decode_page
+from streams.pages.extract import extract_text
+from testing.neardup_ours import run_ours
+from testing.neardup_set import CORPUS, LabelledPage, build_set, score
+from testing.neardup_transforms import (
     change_numbers,
     change_words,
     mirror_host,
@@ -22,9 +25,6 @@ from bench.neardup_transforms import (
     swap_boilerplate,
     template_swap,
 )
-from streams.pages.analyze import PageSettings
-from streams.pages.decode import DecodedPage, decode_page
-from streams.pages.extract import extract_text
 
 ARTICLE = " ".join(f"Sentence {n} of the article tells what happened on day {n} at the market."
                    for n in range(40))

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from resiliparse.parse.html import HTMLParserException
 
 import streams.pages.extract as extract_module
-from bench.extract_bench import Scores, evaluate, precision, recall, shingle_scores
 from streams.pages.decode import DecodedPage, Skipped, decode_page
 from streams.pages.extract import MAX_MAIN_CONTENT_DEPTH, ExtractedText, extract_text, normalise_text
+from testing.extraction import Scores, evaluate, precision, recall, shingle_scores
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "article-extraction-benchmark"

@@ -12,9 +12,9 @@ from confluent_kafka import Producer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.partitioner import murmur2, partition_for
+from testing import harness as h
 
 # Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2 (signed ints).
 KAFKA_VECTORS = [

@@ -46,7 +46,7 @@ SPEC = StageSpec("first-word", "each distinct word once", metrics_port=9419, inp
 
 def test_a_registered_stage_runs_exactly_once_through_sigkills(kafka: KafkaConfig, prefix: str,
                                                                tmp_path: Path) -> None:
-    from bench import harness as h
+    from testing import harness as h
 
     words, topics = [f"word{i}".encode() for i in range(6_000)], Topics(prefix)
     stream = words + [words[i % len(words)].upper() for i in range(0, 30_000, 7)] + [b" "] * 5

@@ -6,7 +6,7 @@ content-seen and revisit both on the fetched pages), each as its own worker proc
 (``python -m streams <stage> ...``, ``--shards 4``), and then reads every output with read_committed
 and compares it, stage by stage, with ``python -m streams <stage> --offline`` over the same input in
 produce order (the same route and process code over one store: what one uninterrupted worker
-decides). The report per stage (``tests/reliability.py``): outputs expected and committed, ``lost``
+decides). The report per stage (``testing/reliability.py``): outputs expected and committed, ``lost``
 and ``doubled`` (counted per URL fingerprint, or per fetched URL), ``differing``
 (same count but any field of a decision differs), and one dead letter per planted bad record.
 
@@ -70,7 +70,7 @@ import pytest
 
 from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
-from tests import reliability as r
+from testing import reliability as r
 
 pytestmark = pytest.mark.kafka
 

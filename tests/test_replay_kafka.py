@@ -19,8 +19,8 @@ from streams.dev import simweb
 from streams.records import RecordKind
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
-from tests.conftest import PROJECT_ROOT, run_cli
-from tests.warcs import response, warc_file, warc_record
+from testing.cli import PROJECT_ROOT, run_cli
+from testing.warcs import response, warc_file, warc_record
 
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 BROKEN = b'{"url": "https://broken.example/", "status": 200,'

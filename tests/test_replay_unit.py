@@ -20,7 +20,7 @@ from streams.ops import replay, tail, warc
 from streams.ops.warc import FETCHED_PAGES, FRONTIER, Out, Skip
 from streams.records import RecordKind
 from streams.topics import Topics
-from tests.warcs import chunked, html_page, http_response, response, warc_file, warc_record
+from testing.warcs import chunked, html_page, http_response, response, warc_file, warc_record
 
 PAGE = "https://example.com/docs/a.html"
 

@@ -26,15 +26,15 @@ from typing import Any
 
 import orjson
 
-from bench import harness as h
 from streams import config, records
 from streams.dev import simweb
 from streams.runtime.generations import read_generation
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.partitioner import partition_for
 from streams.topics import Topics
-from tests.conftest import PROJECT_ROOT, run_cli
-from tests.test_content_seen_kafka import _check_against_plan, _offline_verdicts
+from testing import harness as h
+from testing.cli import PROJECT_ROOT, run_cli
+from testing.verdicts import check_against_plan, offline_verdicts
 
 INPUT_PARTITIONS = 4
 APP = "app"
@@ -210,7 +210,7 @@ def test_content_seen_reshards_up_and_down_while_pages_arrive(kafka: KafkaConfig
     _scenario(kafka, prefix, "content-seen", topics.fetched_pages, backlog, live,
               lambda: len(_outputs(kafka, topics.page_verdicts)), tmp_path)
     verdicts = _outputs(kafka, topics.page_verdicts)
-    _check_against_plan(pages, verdicts, _offline_verdicts(kafka, pages, tmp_path / "offline"))
+    check_against_plan(pages, verdicts, offline_verdicts(kafka, pages, tmp_path / "offline"))
     unique = _outputs(kafka, topics.unique_pages)
     assert sorted(u["url"] for u in unique) == sorted(v["url"] for v in verdicts if v["verdict"] == "unique")
 

@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from bench import harness as h
 from streams import records
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
-from tests.conftest import run_cli
+from testing import harness as h
+from testing.cli import run_cli
 
 PARTITIONS = 3
 

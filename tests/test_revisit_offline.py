@@ -20,7 +20,7 @@ from streams.runtime.store import MemoryStore
 from streams.stages.revisit.spec import SPEC
 from streams.stages.revisit.stage import RevisitSettings, RevisitStage
 from streams.topics import Topics
-from tests.memory_kafka import bind
+from testing.stages import bind
 
 TOPICS = Topics("test.")
 TOPOLOGY = SPEC.topology(TOPICS, "test")

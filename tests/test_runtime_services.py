@@ -24,7 +24,8 @@ from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.schedule import Punctuators
 from streams.runtime.store import MemoryStore
 from streams.runtime.topology import InternalStream, TypedHandler, shard_handlers
-from tests.memory_kafka import abortable, bind, plain_topology, running
+from testing.memory_kafka import abortable
+from testing.stages import bind, plain_topology, running
 
 
 @dataclass(frozen=True)

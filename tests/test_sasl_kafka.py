@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench import harness as h
 from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
-from tests.conftest import run_cli
+from testing import harness as h
+from testing.cli import run_cli
 
 pytestmark = pytest.mark.kafka
 

@@ -146,7 +146,7 @@ def test_the_stage_offline_counts_each_word_once() -> None:
 
 def test_a_scatter_and_gather_stage_runs_exactly_once_through_sigkills(kafka: KafkaConfig, prefix: str,
                                                                        tmp_path: Path) -> None:
-    from bench import harness as h
+    from testing import harness as h
 
     lines, topics = _lines(6_000), Topics(prefix)
     h.create_topics(kafka, [f"{prefix}lines"], 3)

@@ -1,6 +1,6 @@
 """A real Scrapy crawl through the stages: two Scrapy processes, the URL and page stages, a local site.
 
-The site (bench/scrapy_site.py) links every page under several spellings and plants mirrors and
+The site (testing/scrapy_site.py) links every page under several spellings and plants mirrors and
 near copies; the server's access log says what was fetched. Two ``scrapy crawl`` processes of the
 example project (examples/scrapy) share the crawl through the local broker, with the helpers
 bench/scrapy_bench.py runs its side-by-side with.
@@ -16,11 +16,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench import harness as h
-from bench import scrapy_site
-from bench.scrapy_bench import read_items, stage_settings, start_scrapy, start_stage, wait_until_running
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
+from testing import harness as h
+from testing import scrapy_site
+from testing.scrapy import read_items, stage_settings, start_scrapy, start_stage, wait_until_running
 
 pytest.importorskip("scrapy")
 

@@ -14,13 +14,13 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.partitioner import partition_for
 from streams.stages.url_dedup.stage import VERSION_KEY
 from streams.topics import Topics
 from streams.urls.canonical import canonicalize, fingerprint
-from tests.conftest import run_cli
+from testing import harness as h
+from testing.cli import run_cli
 
 DATA = Path(__file__).resolve().parent / "data"
 

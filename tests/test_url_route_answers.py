@@ -25,7 +25,7 @@ from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint
-from tests.memory_kafka import bind, running
+from testing.stages import bind, running
 
 SHARDS = 4
 TOPOLOGY = SPEC.topology(Topics("t."), "app")

@@ -34,7 +34,7 @@ The polynomial is not collision resistant against a chosen input; an adversary w
 tokens collide merges two features of one page, which moves its SimHash by little.
 
 Weights: the shingle's term frequency (``weighting="tf"``, the default). On the labelled set of
-bench/neardup_set.py it found more near-duplicates than ``1 + floor(log2(tf))`` (``"log_tf"``,
+testing/neardup_set.py it found more near-duplicates than ``1 + floor(log2(tf))`` (``"log_tf"``,
 computed exactly with ``frexp``) or plain presence (``"binary"``), with no false positives for any of
 them (docs/near-duplicates.md has the figures). Weights are integers held as float64, so the
 SimHash sums are exact in any summation order.

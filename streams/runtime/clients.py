@@ -2,7 +2,7 @@
 
 The engine, its changelog recovery and its record reader make every consumer and producer they use
 through a :class:`KafkaClients` (as httpx takes a transport), so a test can hand them an in-memory
-broker (``tests/memory_kafka.py``) and drive crashes, aborts and rebalances through the engine's
+broker (``testing/memory_kafka.py``) and drive crashes, aborts and rebalances through the engine's
 public steps, with no broker and no reaching into the engine's fields. Production code never passes
 one: :data:`CONFLUENT` makes librdkafka clients from the configurations
 :class:`~streams.runtime.kafka_io.KafkaConfig` builds.

@@ -4,7 +4,7 @@
 
 The corpus (``../shared/corpus``, see its MANIFEST.md) holds real pages but no labelled duplicates,
 so they are made here, deterministically (``SEED``), by the transformations listed in
-docs/near-duplicates.md, each a small pure function of bench/neardup_transforms.py:
+docs/near-duplicates.md, each a small pure function of testing/neardup_transforms.py:
 
 * originals: every corpus page whose main text has at least ``MIN_ORIGINAL_CHARS`` characters and
   shares under ``MAX_OVERLAP`` of its character 8-grams with an earlier kept page (the corpus
@@ -43,7 +43,9 @@ from typing import Any
 import mmh3
 import orjson
 
-from bench.neardup_transforms import (
+from streams.pages.decode import DecodedPage, decode_page
+from streams.pages.extract import extract_text
+from testing.neardup_transforms import (
     SENTENCE_END,
     UNIT,
     add_sentence,
@@ -55,8 +57,6 @@ from bench.neardup_transforms import (
     swap_boilerplate,
     template_swap,
 )
-from streams.pages.decode import DecodedPage, decode_page
-from streams.pages.extract import extract_text
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 SEED = 2007

@@ -18,25 +18,13 @@ Integration tests use the real broker; this one lets a property test drive thous
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streams.config import RuntimeSettings
-from streams.runtime.batch import OwnedShards
-from streams.runtime.clients import KafkaClients
-from streams.runtime.context import StageContext
-from streams.runtime.counters import Counters
-from streams.runtime.engine import Engine
-from streams.runtime.kafka_io import KafkaConfig
-from streams.runtime.message import InputReader, Unreadable
 from streams.runtime.partitioner import partition_for
-from streams.runtime.stage import Stage
-from streams.runtime.store import MemoryStore
-from streams.runtime.topology import InternalTopic, Processors, Topology
 
 OFFSET_INVALID = -1001
 
@@ -381,53 +369,3 @@ class MemoryConsumer:
 
     def close(self) -> None:
         self.dead = True
-
-
-def plain_topology(inputs: Sequence[str] = ("in",), outputs: Sequence[str] = ("out",),
-                   internal: Sequence[InternalTopic] = (InternalTopic("shards"),), stage: str = "echo",
-                   keyed_input: bool = False) -> Topology:
-    """A stage's topics named as it declares them, with a ``changelog``, a ``dlq`` and a group ``g``."""
-    return Topology(stage, tuple((name, name) for name in inputs), tuple((name, name) for name in outputs),
-                    tuple((each, each.name) for each in internal), "changelog", "dlq", "g", keyed_input)
-
-
-def bind(stage: Stage, topology: Topology, shards: int, owned: OwnedShards | None = None,
-         reader: InputReader | None = None) -> tuple[StageContext, Processors]:
-    """``stage`` initialised as a worker of ``shards`` shards owning ``owned`` (none by default)
-    initialises it, with no Kafka: its context (the services it asked for) and its processors."""
-    context = StageContext(topology, shards, owned if owned is not None else OwnedShards({}),
-                           reader or Unreadable(), Counters(), 512 * 1024)
-    return context, stage.init(context)
-
-
-def create_topics(broker: MemoryKafka, topology: Topology, shards: int, input_partitions: int) -> None:
-    """``topology``'s topics: inputs, internal topics and changelog (one partition a shard), outputs."""
-    if not topology.keyed_input:
-        for topic in topology.input_topics:
-            broker.create_topic(topic, input_partitions)
-    for topic in [*topology.shard_topics, topology.changelog]:
-        broker.create_topic(topic, shards)
-    broker.create_topic(topology.dead_letters, 1)
-    for topic in topology.output_topics:
-        broker.create_topic(topic, 2)
-
-
-@contextmanager
-def running(stage: Stage, topology: Topology | None = None, *, shards: int = 2, input_partitions: int = 4,
-            settings: RuntimeSettings | None = None, limits: Mapping[str, int] | None = None,
-            ) -> Iterator[tuple[Engine, MemoryKafka, dict[int, MemoryStore]]]:
-    """An engine started on a fresh in-memory Kafka with ``topology``'s topics (by default
-    :func:`plain_topology`'s), each shard in a :class:`MemoryStore`; closed afterwards."""
-    topology = topology or plain_topology()
-    broker = MemoryKafka()
-    create_topics(broker, topology, shards, input_partitions)
-    stores: dict[int, MemoryStore] = {}
-    engine = Engine(stage, topology, KafkaConfig("memory"),
-                    settings or RuntimeSettings(worker_id="w", shards=shards),
-                    store_factory=lambda p: stores.setdefault(p, MemoryStore()),
-                    output_limits=limits, clients=cast(KafkaClients, broker))
-    engine.start()
-    try:
-        yield engine, broker, stores
-    finally:
-        engine.close()

@@ -1,4 +1,4 @@
-"""The transformations that make near-duplicates (and template negatives) of a page, for bench/neardup_set.py.
+"""The transformations that make near-duplicates (and template negatives) of a page (testing/neardup_set.py).
 
 Each is a small pure function of its inputs (an explicit ``random.Random`` where it chooses): HTML
 text in, HTML text out (``reencode``: bytes and a Content-Type out). They are listed, with what
