@@ -155,7 +155,7 @@ def _stage_writes(table_key: bytes, members: list[int],
     topology = registry.spec("content-seen").topology(Topics("bench."), "lookup")
     context = StageContext(topology, 1, OwnedShards({}), Unreadable(), Counters(), 1024)
     probes = shard_handlers(topology, ContentSeenStage().init(context))[topology.shard_topics[0]]
-    stream = context.internal("probes")
+    stream = context.internal("shards")
     state = BatchState(MemoryStore())
     for i in members:
         value = stream.frame(Probe(_page(i, int(fingerprints[i]))))

@@ -225,7 +225,7 @@ def test_an_output_over_its_topic_limit_is_a_dead_letter_not_a_poison_pill(
 
     letters = _records(kafka, topics.dead_letters)
     assert sorted((d["stage"], d["reason"], d["source_topic"]) for d in letters) == [
-        (PAGE_STAGE, "output_too_large", topics.internal("a", PAGE_STAGE, "gather")),
+        (PAGE_STAGE, "output_too_large", topics.shards("a", PAGE_STAGE)),
         (URL_STAGE, "output_too_large", topics.frontier)]
     assert all("limit" in d["detail"] for d in letters)
     assert sorted(r["url"] for r in _records(kafka, topics.new_urls)) == [

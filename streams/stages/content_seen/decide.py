@@ -30,7 +30,7 @@ def verdict(topic: str, url: str, verdict: str, **fields: Any) -> Emit:
 
 
 class Decider:
-    """The processor of the ``gather`` topic's :class:`Decide` records."""
+    """The processor of :class:`Decide` records (a gather shard's to itself)."""
 
     def __init__(self, context: StageContext, pages: PageCache, max_record_bytes: int) -> None:
         self._context = context

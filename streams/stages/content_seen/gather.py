@@ -1,7 +1,7 @@
 """The gather step: a page waits at its gather shard for its replies, notices and horizon.
 
-:class:`Gatherer` is the processor of the ``gather`` topic's :class:`PageWaits`, :class:`Reply`,
-:class:`Notice`, :class:`Progress` and :class:`Drain` records
+:class:`Gatherer` is the processor of the :class:`PageWaits`, :class:`Reply`, :class:`Notice`,
+:class:`Progress` and :class:`Drain` records
 (:mod:`streams.stages.content_seen.shard_records`); the functions below are the state they keep.
 
 State keys of a gather shard (besides the block tables, :mod:`streams.stages.content_seen.buckets`):
@@ -187,13 +187,13 @@ def take(state: BatchState, order: bytes) -> Ready:
 
 
 class Gatherer:
-    """The processor of the ``gather`` topic's records but :class:`Decide` (see the module docstring)."""
+    """The processor of the records a page's gather shard takes but :class:`Decide` (module docstring)."""
 
-    def __init__(self, gather: InternalStream, pages: PageCache, topic_index: Mapping[str, int],
+    def __init__(self, shards: InternalStream, pages: PageCache, topic_index: Mapping[str, int],
                  races: Counter[str]) -> None:
         """``topic_index``: each input topic's number among the stage's; ``races``: earlier pages met
         in time, or late (a page decided already), counted."""
-        self._gather = gather
+        self._shards = shards
         self._pages = pages
         self._topic_index = topic_index
         self.races = races
@@ -237,9 +237,9 @@ class Gatherer:
     def _take(self, shard: int, progress: tuple[int, RoutingView] | None, state: BatchState) -> list[Emit]:
         """Take the front of the queue off as far as its horizons are covered, a decide record for
         each, and ask for more with a drain record past the limit."""
-        gather = self._gather
-        found, more = ready(state, gather.shards, DECISIONS_PER_RECORD, progress)
-        emits = [gather.send(Decide(), order, shard) for order in found]
+        shards = self._shards
+        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress)
+        emits = [shards.send(Decide(), order, shard) for order in found]
         if more:
-            emits.append(gather.send(Drain(), b"drain", shard))
+            emits.append(shards.send(Drain(), b"drain", shard))
         return emits

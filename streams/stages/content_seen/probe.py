@@ -1,7 +1,7 @@
 """The probe step: a page looked up in one block table's bucket, then inserted there.
 
-The processor of the ``probes`` topic (keyed by table key, so a shard holds the buckets of its table
-keys): a :class:`Probe` finds the best earlier page within the near-duplicate rule through the
+The processor of the records sent to the shard of a table key (so a shard holds the buckets of its
+table keys): a :class:`Probe` finds the best earlier page within the near-duplicate rule through the
 bucket and *replies* with it to the page's gather shard, sends a *notice* to each later page it
 meets (a copy probed before this, its original: :func:`streams.stages.content_seen.buckets.meet`),
 and inserts the page; a :class:`Mark` tells the shard how far a worker has routed its input
@@ -25,11 +25,11 @@ from streams.stages.content_seen.shard_records import Mark, Notice, Probe, Reply
 
 
 class Prober:
-    """The processor of the ``probes`` topic (see the module docstring)."""
+    """The processor of :class:`Probe` and :class:`Mark` records (see the module docstring)."""
 
-    def __init__(self, gather: InternalStream, relay: Relay, rule: NearDuplicateRule,
+    def __init__(self, shards: InternalStream, relay: Relay, rule: NearDuplicateRule,
                  max_bucket_entries: int) -> None:
-        self._gather = gather
+        self._shards = shards
         self._relay = relay
         self._rule = rule
         self._limit = max_bucket_entries
@@ -58,9 +58,9 @@ class Prober:
         slots = buckets.with_slot(bucket, page.simhash, self._limit, read)
         if slots is not None:
             state.set(b"t" + table_key, buckets.encode_bucket(slots))
-        gather = self._gather
-        emits = [gather.send(Reply(met.best), page.order)]
-        emits += [gather.send(Notice(match), later) for later, match in met.later]
+        shards = self._shards
+        emits = [shards.send(Reply(met.best), page.order)]
+        emits += [shards.send(Notice(match), later) for later, match in met.later]
         return emits
 
     def mark(self, mark: Mark, message: Message, state: BatchState) -> list[Emit]:

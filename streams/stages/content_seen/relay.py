@@ -22,11 +22,9 @@ ROUTING_KEY = b"meta:routing"  # what marks told this shard
 class Relay:
     """One worker's marks and its shards' progress."""
 
-    def __init__(self, probes: InternalStream, gather: InternalStream, owned: OwnedShards,
-                 topic_index: Mapping[str, int]) -> None:
+    def __init__(self, shards: InternalStream, owned: OwnedShards, topic_index: Mapping[str, int]) -> None:
         """``topic_index``: each input topic's number (its place among the stage's input topics)."""
-        self._probes = probes
-        self._gather = gather
+        self._shards = shards
         self._owned = owned
         self._topic_index = topic_index
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
@@ -43,16 +41,16 @@ class Relay:
         """This worker's marks to every shard (when its positions moved), then the progress of each
         shard that took a new mark in this transaction to every gather shard."""
         emits = []
-        probes, gather = self._probes, self._gather
+        shards = self._shards
         if inputs is not None:
-            mark = probes.frame(Mark(self.routing_view(inputs)))
-            emits += [Emit(probes.topic, mark, b"mark", shard) for shard in range(probes.shards)]
+            mark = shards.frame(Mark(self.routing_view(inputs)))
+            emits += [Emit(shards.topic, mark, b"mark", shard) for shard in range(shards.shards)]
         states = self._owned.states
         for shard in sorted(self._marked):
             state = states.get(shard)
             if state is not None:
-                told = gather.frame(Progress(shard, RoutingView.decode(state.get(ROUTING_KEY))))
-                emits += [Emit(gather.topic, told, b"progress", to) for to in range(gather.shards)]
+                told = shards.frame(Progress(shard, RoutingView.decode(state.get(ROUTING_KEY))))
+                emits += [Emit(shards.topic, told, b"progress", to) for to in range(shards.shards)]
         self._marked.clear()
         return emits
 

@@ -57,8 +57,7 @@ class Router:
         self._pages = pages
         self._max_record_bytes = max_record_bytes
         self._owned: OwnedShards = context.owned
-        self._gather = context.internal("gather")
-        self._probes = context.internal("probes")
+        self._shards = context.internal("shards")
         self._verdicts = context.output("page-verdicts")
         self._decisions = context.decisions
 
@@ -76,15 +75,16 @@ class Router:
         table_keys = self._design.keys(analysis.simhash)
         source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
         head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
-        gather = self._gather.shard_of(order)
+        shards = self._shards
+        gather = shards.shard_of(order)
         if gather in self._owned:
             self._pages.put(source, value)  # decided by this worker: the record waits in its memory
             waits = PageWaits(head)
         else:
             waits = PageWaits(head, value)  # decided by the worker owning the gather shard: it goes along
-        emits = [self._gather.send(waits, order, gather)]
-        probe = self._probes.frame(Probe(page))
-        topic = self._probes.topic
+        emits = [shards.send(waits, order, gather)]
+        probe = shards.frame(Probe(page))
+        topic = shards.topic
         emits.extend(Emit(topic, probe, table_key) for table_key in table_keys)
         return emits
 

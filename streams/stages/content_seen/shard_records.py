@@ -1,11 +1,11 @@
-"""The records the page stage's processors send each other, on its two internal topics.
+"""The records the page stage's processors send each other, on its internal topic ``shards``.
 
-``probes`` (keyed by table key: partition *i* holds the buckets of shard *i*):
+To the shard of a block-table key (the scatter: partition *i* holds the buckets of shard *i*):
 
-- :class:`Probe`: a page to look up in one block table, and to insert there;
+- :class:`Probe`: a page to look up in one block table, and to insert there (the probe step);
 - :class:`Mark`: how far a worker has routed its input (:mod:`streams.stages.content_seen.relay`).
 
-``gather`` (keyed by a page's order key: partition *i* is where the pages of shard *i* wait):
+To the gather shard of a page, by its order key (where the page waits):
 
 - :class:`PageWaits`: a page arrives to wait for its replies (its input record along when the worker
   that routed it does not own the gather shard);
@@ -13,12 +13,17 @@
 - :class:`Notice`: an earlier page, probed later, met this one;
 - :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`);
 - :class:`Drain`: "go on": the front of the queue was taken off up to the limit;
-- :class:`Decide`: a page off the queue, to decide now (one page's outputs per record).
+- :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
+  step).
 
-Page, reply, notice and progress share one topic because the protocol rests on their order within
-a partition: a page's record precedes its replies, and a progress record follows the replies and
-notices of the probes it vouches for (the horizon argument); a mark follows, on each probes
-partition, the probes of the transaction it reports. The runtime frames each record with its type
+The protocol rests on their order within a partition: a page's record precedes its replies, a
+progress record follows the replies and notices of the probes it vouches for, a mark follows the
+probes of the transaction it reports (the horizon argument). One topic keeps all of them in one
+order per shard, as the argument was written for; the runtime could carry the scatter and the
+gather on two topics, and a stage of two (``tests/test_scatter_gather_kafka.py``) runs so, but for
+this stage that was measured to cost time: a page's records then reach a worker in two fetches, and
+a batch more often finds one half of them not yet fetched and waits for the rest (the figures are
+in docs/decisions/0007-one-shape-for-every-stage.md). The runtime frames each record with its type
 (:class:`streams.runtime.api.InternalTopic`) and hands it, decoded, to its processor.
 """
 
@@ -159,5 +164,4 @@ class Decide:
         return cls()
 
 
-PROBES = (Probe, Mark)
-GATHER = (PageWaits, Reply, Notice, Progress, Drain, Decide)
+RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide)

@@ -1,7 +1,7 @@
-"""The page stage's declaration: its topics, internal topics and settings (:mod:`streams.spec`).
+"""The page stage's declaration: its topics, internal topic and settings (:mod:`streams.spec`).
 
-Two internal topics, a scatter and a gather (:mod:`streams.stages.content_seen.shard_records`):
-``probes``, keyed by block-table key, and ``gather``, keyed by a page's order key.
+One internal topic, ``shards``, carrying the typed records of its scatter and gather
+(:mod:`streams.stages.content_seen.shard_records` says why one).
 """
 
 from __future__ import annotations
@@ -24,6 +24,6 @@ def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
 SPEC = StageSpec(
     "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
     outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
-    internal=(InternalTopic("probes", f"{RECORDS}:PROBES"), InternalTopic("gather", f"{RECORDS}:GATHER")),
+    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
     decisions=("unique", "exact", "near", "skipped"),
     settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")

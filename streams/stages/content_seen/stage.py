@@ -4,13 +4,13 @@ Near-duplicates are found through SimHash block tables (Manku, Jain and Das Sarm
 and the tables are sharded across partitions *by table key*, not by the page's host: a mirror of a
 page on another host has other URLs but the same keys, so it meets the original in the same
 buckets whichever input partition it came through, and each worker holds only its shards' buckets.
-That makes a lookup a scatter and gather over the stage's two internal topics
-(:mod:`streams.stages.content_seen.shard_records`), each step inside the runtime's
+That makes a lookup a scatter and gather over the stage's internal topic ``shards``, with typed
+records (:mod:`streams.stages.content_seen.shard_records`), each step inside the runtime's
 one-transaction-per-batch (so state, changelog, outputs and offsets commit together), each step a
 processor of its own:
 
-1. route (:mod:`.route`): analyse the page; one *probe* per block table to the ``probes`` shard
-   owning that table key, and the page to its ``gather`` shard.
+1. route (:mod:`.route`): analyse the page; one *probe* per block table to the shard owning that
+   table key, and the page to its gather shard (the shard of its order key).
 2. probe (:mod:`.probe`): find the best earlier page through the bucket and *reply* with it to the
    page's gather shard; send a *notice* to each later page met; insert the page.
 3. gather (:mod:`.gather`): keep the page's head and the best earlier page met; once its horizon is
@@ -121,18 +121,17 @@ class ContentSeenStage:
         """The four steps over one page cache; pages analysed a batch ahead, as many as fit in
         memory; the input's progress relayed to the shards last in each transaction."""
         topic_index = {topic: number for number, topic in enumerate(context.input_topics)}
-        gather, probes = context.internal("gather"), context.internal("probes")
-        relay = Relay(probes, gather, context.owned, topic_index)
+        shards = context.internal("shards")
+        relay = Relay(shards, context.owned, topic_index)
         router = Router(context, self._design, self._intake, self._pages, self.max_record_bytes)
-        prober = Prober(gather, relay, self._rule, self.settings.max_bucket_entries)
-        gatherer = Gatherer(gather, self._pages, topic_index, context.race_matches)
+        prober = Prober(shards, relay, self._rule, self.settings.max_bucket_entries)
+        gatherer = Gatherer(shards, self._pages, topic_index, context.race_matches)
         decider = Decider(context, self._pages, self.max_record_bytes)
         context.prepare_input(self._intake.prepare, self._intake.ready)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
         return Processors(route=router.route, shards={
-            "probes": prober.processors(),
-            "gather": [*gatherer.processors(), On(Decide, decider.decide)]})
+            "shards": [*prober.processors(), *gatherer.processors(), On(Decide, decider.decide)]})
 
     def revoked(self, shards: Sequence[int]) -> None:
         """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the
