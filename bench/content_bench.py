@@ -59,10 +59,10 @@ MIN_FOUND = 0.995  # of offline mode's duplicates, found through Kafka with SIGK
 PYTHON = sys.executable
 
 
-def corpus_records(pages: int) -> tuple[list[bytes], int]:
+def corpus_records(pages: int, corpus: Path = CORPUS) -> tuple[list[bytes], int]:
     """``pages`` fetched-page records: the corpus, then again from mirror hosts; and pages left out."""
     bodies, too_large = [], 0
-    for path in corpus_files():
+    for path in corpus_files(corpus):
         raw = path.read_bytes()
         raw = gzip.decompress(raw) if path.suffix == ".gz" else raw
         encoded = base64.b64encode(raw).decode("ascii")
