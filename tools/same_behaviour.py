@@ -9,8 +9,9 @@ change prints, capture what the changed tree prints, compare.
     python tools/same_behaviour.py compare OUT_BEFORE OUT_AFTER
 
 ``inputs`` writes the offline input lines of the reliability workload (frontier records and fetched
-pages, bad records included) with the test helpers of ``--tree``, so both captures read the same
-bytes however the helpers move. ``capture`` runs ``TREE/.venv/bin/python -m streams`` and
+pages, bad records included) with the test helpers of ``--tree`` (``testing/workload.py``, or
+``tests/reliability.py`` before issue 38), so both captures read the same bytes however the helpers
+move. ``capture`` runs ``TREE/.venv/bin/python -m streams`` and
 ``TREE/.venv/bin/crawl-dedup`` (a tree built with ``make``) from ``TREE``, with a fixed terminal
 width, and writes one file per command's help and two per stage (stdout and stderr of
 ``--offline``). ``compare`` lists every file that differs or is missing, and exits 1 if any does.
@@ -43,7 +44,8 @@ def inputs(directory: Path, tree: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, arguments in WORKLOADS.items():
         for kind in sorted(set(STAGES.values())):
-            code = ("import sys; from tests import reliability as r; "
+            code = ("import sys\ntry:\n    from testing import workload as r\nexcept ImportError:\n"
+                    "    from tests import reliability as r  # before issue 38\n"
                     f"sys.stdout.buffer.write(r.workload({arguments}).lines({kind!r}))")
             found = subprocess.run([str(tree / ".venv/bin/python"), "-c", code], cwd=tree, env=_env(),
                                    capture_output=True, check=True)
