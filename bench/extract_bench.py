@@ -224,7 +224,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [f"| {row['options']} | {row['f1']:.3f} |" for row in result["ablation"]]
     lines += ["",
               "Charset detection on the undeclared legacy-encoded test pages "
-              "(`tests/test_pages_decode.py`):", "",
+              "(`tests/pages/test_pages_decode.py`):", "",
               "| detector | version | right | ms/call | wrong (page as detected charset) |",
               "|---|---|---:|---:|---|"]
     for row in result["detectors"]:

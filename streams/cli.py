@@ -305,7 +305,7 @@ class _Version(argparse.Action):
 
 def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.ALL) -> int:
     """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
-    its own with ``main(stages=[its_spec])``, as tests/test_registry_kafka.py does)."""
+    its own with ``main(stages=[its_spec])``, as tests/kafka/test_registry_kafka.py does)."""
     if os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower() not in LOG_LEVELS:
         print(f"{_prog()}: error: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r} is not one of "
               f"{', '.join(LOG_LEVELS)}", file=sys.stderr)

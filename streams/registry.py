@@ -3,7 +3,7 @@
 Each stage declares itself in one :class:`~streams.spec.StageSpec`, in its own package
 (``streams/stages/<name>/spec.py``); this module only lists them, in the order the command line
 shows them, and knows none of their facts. :func:`streams.cli.main` runs a spec from outside the
-package the same way (``tests/test_registry_kafka.py`` does, with a stage of its own).
+package the same way (``tests/kafka/test_registry_kafka.py`` does, with a stage of its own).
 """
 
 from __future__ import annotations

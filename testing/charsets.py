@@ -1,5 +1,5 @@
 """Prose in 17 languages and the legacy charsets pages are written in: the charset cases of the
-decoding tests (``tests/test_pages_decode.py``) and of ``bench/extract_bench.py``'s detector
+decoding tests (``tests/pages/test_pages_decode.py``) and of ``bench/extract_bench.py``'s detector
 comparison.
 """
 

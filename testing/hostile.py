@@ -5,8 +5,8 @@ Why a generator with expectations rather than a fuzzer: the test must tell "hand
 right". Every case says, per stage that reads its topic, either ``processed`` (valid but strange
 input the stage must handle normally: its output carries ``url``) or the dead letter's reason code,
 as the stages name them (:mod:`streams.records`, :mod:`streams.urls.canonical`, and
-``url_too_long`` of the page stage). tests/test_hostile_unit.py checks these expectations against
-the stages' own code without a broker; tests/test_hostile_kafka.py checks them through Kafka.
+``url_too_long`` of the page stage). tests/stages/test_hostile_unit.py checks these expectations against
+the stages' own code without a broker; tests/kafka/test_hostile_kafka.py checks them through Kafka.
 
 What the cases found, and what is expected now:
 

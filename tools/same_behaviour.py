@@ -29,7 +29,7 @@ from pathlib import Path
 COMMANDS = ("", "kafka", "first-seen", "url-dedup", "content-seen", "revisit", "url-dedup-migrate",
             "reshard", "canonicalize", "lag", "replay", "tail", "demo")
 STAGES = {"url-dedup": "frontier", "content-seen": "fetched-pages", "revisit": "fetched-pages"}
-# The larger of tests/test_reliability_kafka.py's workloads, and the default one.
+# The larger of tests/kafka/test_reliability_kafka.py's workloads, and the default one.
 WORKLOADS = {"large": "seed=12, articles=120, urls=3000, repeats=3, phases_per_half=2", "default": ""}
 ENV = {"COLUMNS": "100", "LINES": "40", "STREAMS_LOG_LEVEL": "warning", "PYTHONHASHSEED": "0"}
 

@@ -138,7 +138,7 @@ def scrapy_at_lowest(wheel: Path, work: Path) -> None:
         copy = shutil.copytree if source.is_dir() else shutil.copy2
         copy(source, suite / part)
     env = clean_env(bin_dir, STREAMS_TEST_KAFKA_PORT=str(PORT + 10))
-    files = sorted(str(path.relative_to(suite)) for path in (suite / "tests").glob("test_scrapy*.py"))
+    files = sorted(str(path.relative_to(suite)) for path in (suite / "tests").rglob("test_scrapy*.py"))
     run([bin_dir / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], suite, env,
         timeout_s=1800)
 

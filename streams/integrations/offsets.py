@@ -5,7 +5,7 @@ requests out of order. So a partition's committed offset is its lowest offset st
 the offsets done past it go in the commit's metadata (a comma-separated list of distances from the
 committed offset): a process taking the partition over skips them, and fetches again only what was
 in flight, which :attr:`Offsets.count_in_flight` bounds (the scheduler takes no more while it is at
-its buffer). No Scrapy here: ``tests/test_scrapy_unit.py`` drives it alone.
+its buffer). No Scrapy here: ``tests/integrations/test_scrapy_unit.py`` drives it alone.
 """
 
 from __future__ import annotations

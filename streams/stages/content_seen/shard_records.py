@@ -20,7 +20,7 @@ The protocol rests on their order within a partition: a page's record precedes i
 progress record follows the replies and notices of the probes it vouches for, a mark follows the
 probes of the transaction it reports (the horizon argument). One topic keeps all of them in one
 order per shard, as the argument was written for; the runtime could carry the scatter and the
-gather on two topics, and a stage of two (``tests/test_scatter_gather_kafka.py``) runs so, but for
+gather on two topics, and a stage of two (``tests/kafka/test_scatter_gather_kafka.py``) runs so, but for
 this stage that was measured to cost time: a page's records then reach a worker in two fetches, and
 a batch more often finds one half of them not yet fetched and waits for the rest (the figures are
 in docs/decisions/0007-one-shape-for-every-stage.md). The runtime frames each record with its type

@@ -1,8 +1,8 @@
 """The runtime's batch steps on an in-memory Kafka: routing, state, dead letters, offsets.
 
 The engine is driven through its public steps with its clients made by ``testing/memory_kafka.py``
-(librdkafka is never contacted), so these tests pin the commit logic; tests/test_engine_states.py
-interleaves crashes, aborts and rebalances, and tests/test_crash_kafka.py proves the same against
+(librdkafka is never contacted), so these tests pin the commit logic; tests/runtime/test_engine_states.py
+interleaves crashes, aborts and rebalances, and tests/kafka/test_crash_kafka.py proves the same against
 the broker.
 """
 

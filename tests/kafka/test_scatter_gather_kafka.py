@@ -9,7 +9,7 @@ new count to ``letter-counts``. Exactly once means: for each letter, the committ
 counts 1, 2, ... n, each once, n being the letter's distinct words. An empty line is a dead letter.
 
 Nothing outside this file knows the stage: its records, processors, declaration and command
-(``python tests/test_scatter_gather_kafka.py letter-count ...``) are here.
+(``python tests/kafka/test_scatter_gather_kafka.py letter-count ...``) are here.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def _check(outputs: list[dict[str, Any]], expected: dict[str, int]) -> None:
 def test_the_stage_offline_counts_each_word_once() -> None:
     lines = _lines(300)
     result = subprocess.run([sys.executable, __file__, "letter-count", "--offline"], input=b"\n".join(lines),
-                            capture_output=True, timeout=120, check=True, cwd=Path(__file__).parent.parent)
+                            capture_output=True, timeout=120, check=True,
+                            cwd=Path(__file__).resolve().parents[2])
     _check([orjson.loads(line) for line in result.stdout.splitlines()], _expected(lines))
 
 
@@ -152,7 +153,7 @@ def test_a_scatter_and_gather_stage_runs_exactly_once_through_sigkills(kafka: Ka
     h.create_topics(kafka, [f"{prefix}lines"], 3)
     h.produce(kafka, f"{prefix}lines", ((None, line) for line in lines))
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", "STREAMS_METRICS_ENABLED=false",
-               f"PYTHONPATH={Path(__file__).resolve().parent.parent}", sys.executable, __file__,
+               f"PYTHONPATH={Path(__file__).resolve().parents[2]}", sys.executable, __file__,
                "letter-count", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
                "--state-dir", str(tmp_path / "state"), "--shards", "4", "--batch-max-messages", "300"]
     group = topics.group("app", "letter-count")

@@ -99,7 +99,7 @@ WEDGED_CHILD = textwrap.dedent("""
 def _child(tmp_path: Path) -> subprocess.Popen[str]:
     script = tmp_path / "wedged.py"
     script.write_text(WEDGED_CHILD)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / "runs")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

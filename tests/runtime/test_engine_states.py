@@ -13,7 +13,7 @@ rebalances, and checks after every step:
 and at the end, once every worker is restarted and has drained its input, that every distinct URL
 was emitted exactly once: so no answer given at routing (a repeat answered from memory, a URL of
 an owned shard decided there) outlived the transaction that stood for it, and every restart
-resumed at the offsets its last commit left. tests/test_crash_kafka.py proves the same against the
+resumed at the offsets its last commit left. tests/kafka/test_crash_kafka.py proves the same against the
 real broker with SIGKILLs.
 """
 

@@ -18,7 +18,7 @@ import pytest
 from streams.errors import RecordRejected
 from streams.urls.canonical import DEFAULT, CanonicalSettings, canonicalize
 
-DATA = Path(__file__).resolve().parent / "data" / "wpt"
+DATA = Path(__file__).resolve().parents[1] / "data" / "wpt"
 CASES: list[dict[str, Any]] = [case for case in json.loads((DATA / "urltestdata.json").read_text("utf-8"))
                                if isinstance(case, dict)]  # strings in the list are comments
 RESOLVED = [case for case in CASES
@@ -65,6 +65,6 @@ def test_a_url_browsers_refuse_is_invalid(case: dict[str, Any]) -> None:
 
 def test_agreement_figure_in_the_docs() -> None:
     agreeing = sum(1 for case in RESOLVED if case["input"] not in EXCEPTIONS)
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "canonicalization.md").read_text("utf-8")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "canonicalization.md").read_text("utf-8")
     assert f"**{agreeing} of {len(RESOLVED)} ({agreeing / len(RESOLVED):.3f})**" in doc
     assert f"{len(REFUSED)} of {len(REFUSED)}" in doc

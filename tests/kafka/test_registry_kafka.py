@@ -2,7 +2,7 @@
 
 ``first-word``: each distinct word of a words topic once, on a first-words topic; an empty record
 is a dead letter. This file is all of it: the stage (its two steps), its declaration, its
-command (``python tests/test_registry_kafka.py first-word ...``, what ``python -m streams`` is
+command (``python tests/kafka/test_registry_kafka.py first-word ...``, what ``python -m streams`` is
 for the registered stages) and the check, read with read_committed.
 """
 
@@ -53,7 +53,7 @@ def test_a_registered_stage_runs_exactly_once_through_sigkills(kafka: KafkaConfi
     h.create_topics(kafka, [f"{prefix}words"], 3)
     h.produce(kafka, f"{prefix}words", ((None, word) for word in stream))
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}", "STREAMS_METRICS_ENABLED=false",
-               f"PYTHONPATH={Path(__file__).resolve().parent.parent}", sys.executable, __file__,
+               f"PYTHONPATH={Path(__file__).resolve().parents[2]}", sys.executable, __file__,
                "first-word", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
                "--state-dir", str(tmp_path / "state"), "--shards", "4", "--batch-max-messages", "500"]
     group, shards = topics.group("app", "first-word"), topics.shards("app", "first-word")

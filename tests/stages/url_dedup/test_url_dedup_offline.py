@@ -16,7 +16,7 @@ from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint, host_of
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _lines(*records: object) -> list[bytes]:

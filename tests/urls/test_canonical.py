@@ -25,7 +25,7 @@ from streams.urls.canonical import (
     fingerprint,
 )
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "canonicalization.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "canonicalization.md"
 SAFE = CanonicalSettings()
 AGGRESSIVE = CanonicalSettings(profile="aggressive")
 REASONS = {"url_too_long", "unsupported_scheme", "invalid_url"}

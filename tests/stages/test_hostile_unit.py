@@ -1,5 +1,5 @@
 """Hostile input without a broker: the generator's expectations against the stages' own code, and
-the fixes the hostile mix led to, table by table (tests/test_hostile_kafka.py runs it through Kafka).
+the fixes the hostile mix led to, table by table (tests/kafka/test_hostile_kafka.py runs it through Kafka).
 """
 
 from __future__ import annotations

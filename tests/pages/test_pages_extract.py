@@ -17,7 +17,7 @@ from streams.pages.extract import MAX_MAIN_CONTENT_DEPTH, ExtractedText, extract
 from testing.extraction import Scores, evaluate, precision, recall, shingle_scores
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "article-extraction-benchmark"
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "article-extraction-benchmark"
 
 ARTICLE = ("The council approved the new budget for the city's libraries after a long debate on Tuesday. "
            "Opening hours will be extended in six branches, and the mobile library returns in spring. ")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "crawl-dedup.json"
 DATASOURCES = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 

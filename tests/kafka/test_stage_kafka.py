@@ -22,7 +22,7 @@ from streams.urls.canonical import canonicalize, fingerprint
 from testing import harness as h
 from testing.cli import run_cli
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 IDLE_S = "4"
 
