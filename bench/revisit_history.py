@@ -81,7 +81,7 @@ def load(mirrors: Path = DEFAULT_MIRRORS, manifest_path: Path = MANIFEST, cache:
         partial.replace(cached)
     with gzip.open(cached, "rt", encoding="utf-8") as stream:
         document = json.load(stream)
-    pages = tuple(Page(p["site"], p["host"], p["path"], p["url"], tuple((t, text) for t, text in p["versions"]))
+    pages = tuple(Page(p["site"], p["host"], p["path"], p["url"], tuple(map(tuple, p["versions"])))
                   for p in document["pages"])
     return Dataset(document["window_s"], pages, digest)
 
@@ -142,7 +142,8 @@ class _Git:
         done = subprocess.run(["git", "-C", str(self.directory), *args], input=stdin, capture_output=True,
                               check=False)
         if done.returncode != 0:
-            raise MirrorsMissing(f"{self.repo}: git {args[0]} failed: {done.stderr.decode(errors='replace')[:200]}")
+            error = done.stderr.decode(errors="replace")[:200]
+            raise MirrorsMissing(f"{self.repo}: git {args[0]} failed: {error}")
         return done.stdout
 
     def tree(self, commit: str, matches: re.Pattern[str]) -> dict[str, str]:
@@ -187,21 +188,32 @@ class _Git:
         return texts
 
 
-def burstiness(dataset: Dataset) -> dict[str, Any]:
-    """How the histories' file changes are spaced: gaps under a day, per-page CV of gaps, batches."""
-    gaps, cvs, batch = [], [], defaultdict(int)
-    for page in dataset.pages:
-        times = [t for t, _ in page.versions[1:]]
+def burstiness(dataset: Dataset, seed: int = 35) -> dict[str, Any]:
+    """How the histories' commits are spaced, beside a Poisson process of each page's own rate (the
+    same number of changes, uniform over the window): gaps under a day, the median per-page
+    coefficient of variation of the gaps (pages with four changes or more), the largest batch."""
+    rng = random.Random(seed)
+    real = [[t for t, _ in page.versions[1:]] for page in dataset.pages]
+    poisson = [sorted(rng.uniform(0.0, dataset.window_s) for _ in times) for times in real]
+    batch: dict[tuple[str, float], int] = defaultdict(int)
+    for page, times in zip(dataset.pages, real, strict=True):
         for t in times:
             batch[(page.site, t)] += 1
+    return {"pages": len(dataset.pages), "file_changes": sum(map(len, real)),
+            **{f"{name}_{key}": value for name, histories in (("real", real), ("poisson", poisson))
+               for key, value in _gaps(histories).items()},
+            "largest_batch": max(batch.values(), default=0)}
+
+
+def _gaps(histories: list[list[float]]) -> dict[str, float]:
+    gaps, cvs = [], []
+    for times in histories:
         page_gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         gaps.extend(page_gaps)
         if len(page_gaps) >= 3 and statistics.mean(page_gaps) > 0:
             cvs.append(statistics.pstdev(page_gaps) / statistics.mean(page_gaps))
-    return {"pages": len(dataset.pages), "file_changes": sum(len(p.versions) - 1 for p in dataset.pages),
-            "gaps_under_a_day": sum(g < DAY for g in gaps) / max(len(gaps), 1),
-            "median_cv_of_gaps": statistics.median(cvs) if cvs else None,
-            "largest_batch": max(batch.values(), default=0)}
+    return {"gaps_under_a_day": sum(g < DAY for g in gaps) / max(len(gaps), 1),
+            "median_cv_of_gaps": statistics.median(cvs) if cvs else 0.0}
 
 
 def main(argv: list[str] | None = None) -> int:

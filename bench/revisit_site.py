@@ -108,19 +108,20 @@ class Site:
             if request.get("If-None-Match") == headers["ETag"]:
                 return {"url": page.url, "status": 304, "headers": headers, "fetched_at": fetched_at}
         body = self._body(page, version, sidebar, t_s, siblings)
-        return {"url": page.url, "status": 200, "headers": headers, "content_type": "text/html; charset=utf-8",
-                "body": body, "fetched_at": fetched_at}
+        return {"url": page.url, "status": 200, "headers": headers,
+                "content_type": "text/html; charset=utf-8", "body": body, "fetched_at": fetched_at}
 
     def _body(self, page: SitePage, version: Version, sidebar: str, t_s: float,
               siblings: list[SitePage]) -> str:
         rng = random.Random(f"{page.url}:{page.fetches}")
-        token = "%032x" % rng.getrandbits(128)
+        token = f"{rng.getrandbits(128):032x}"
         popular = "".join(f'<li><a href="{s.url}">{html.escape(s.at(t_s).title)}</a></li>'
                           for s in rng.sample(siblings, min(5, len(siblings))))
         rendered = (EPOCH + timedelta(seconds=t_s)).strftime("%Y-%m-%d %H:%M:%S")
         return (
-            f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(version.title)} | '
-            f'{page.host}</title><meta name="csrf-token" content="{token}"></head><body>'
+            f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<title>{html.escape(version.title)} | {page.host}</title>'
+            f'<meta name="csrf-token" content="{token}"></head><body>'
             f'<header><nav><a href="/">{page.host}</a> <a href="/guide/">Guide</a> <a href="/api/">API</a> '
             f'<a href="/blog/">Blog</a> <a href="/login?session={token}">Sign in</a></nav>'
             f'<form action="/search"><input name="q"><input type="hidden" name="csrf" value="{token}"></form>'
