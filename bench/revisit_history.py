@@ -4,10 +4,10 @@ A documentation or content repository is a website's source: each file under its
 a page, each commit that touched the file a new version of the page, published when the commit
 reached the default branch. ``bench/revisit_histories.json`` (committed) names the repositories, the
 commits at both ends of a two-year window, the path patterns of their pages and how many pages to
-draw from each. This module reads the repositories from bare mirrors (the search tool's ``fetch``
-puts them under ``/work/.mirror/<owner>+<name>/repo``; ``--mirrors`` or ``REVISIT_MIRRORS``
-elsewhere) and writes the dataset to ``bench/work/revisit-histories/`` (git-ignored), so no page of
-those sites is committed here.
+draw from each. This module reads the repositories from bare git mirrors, one per repository at
+``<mirrors>/<owner>+<name>/repo`` (``/work/.mirror`` by default, ``--mirrors`` or
+``REVISIT_MIRRORS`` elsewhere; ``git clone --mirror`` makes one) and writes the dataset to
+``bench/work/revisit-histories/`` (git-ignored), so no page of those sites is committed here.
 
 For each site: the files matching its patterns at both the start and the end commit (pages that
 live the whole window; a page renamed or deleted in between is not drawn), a seeded sample of them,

@@ -377,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         site = Site(load(args.mirrors))
     except MirrorsMissing as missing:
         print(f"revisit_real skipped: the repositories of bench/revisit_histories.json are not mirrored "
-              f"({missing}); bring them with the search tool's fetch, or set REVISIT_MIRRORS")
+              f"({missing}); put a bare mirror of each at <mirrors>/<owner>+<name>/repo (git clone --mirror) "
+              "and pass --mirrors or set REVISIT_MIRRORS")
         return 0
     budgets = tuple(float(b) for b in args.budgets.split(","))
     scenario = Scenario(args.warmup_days, budgets, seed=args.seed)
