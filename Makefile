@@ -116,9 +116,12 @@ bench-scrapy: $(BENCH_STAMP) jars
 bench-reshard: venv jars
 	$(PY) -m bench.reshard_bench
 
-# The revisit policies, closed loop through `revisit --offline` on simulated pages.
-bench-revisit: venv
+# The revisit policies, closed loop through `revisit --offline`: on simulated pages, then on two years
+# of real change histories of five public repositories (markdown-it-py from PyPI renders them; skipped,
+# with a line saying so, when their mirrors are absent: bench/revisit_history.py).
+bench-revisit: $(BENCH_STAMP)
 	$(PY) -m bench.revisit_sim
+	$(PY) -m bench.revisit_real
 
 demo: venv jars
 	$(PY) -m streams demo

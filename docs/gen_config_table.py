@@ -192,7 +192,8 @@ MEANINGS = {
     ("content_seen", "near_min_length_ratio"):
         "near copy: the smaller page has at least this share of the larger's distinct word pairs",
     ("revisit", "policy"):
-        "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule) or `fixed`",
+        "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule), "
+        "`stormcrawler` (StormCrawler's AdaptiveScheduler) or `fixed`",
     ("revisit", "budget_fetches_per_page_per_day"):
         "`default` policy: fetches per page per day on average",
     ("revisit", "budget_fetches_per_day"):
@@ -202,7 +203,7 @@ MEANINGS = {
     ("revisit", "max_interval_s"):
         "longest interval, every policy (2592000: 30 days)",
     ("revisit", "initial_interval_s"):
-        "interval after a page's first fetch, before any estimate (`default` and `nutch`)",
+        "interval after a page's first fetch, before any estimate (`default`, `nutch`, `stormcrawler`)",
     ("revisit", "fixed_interval_s"):
         "the `fixed` policy's interval",
     ("revisit", "host_interval_bounds"):
@@ -212,7 +213,8 @@ MEANINGS = {
     ("revisit", "resolve_every"):
         "updates between two solutions of the budget's Lagrange multiplier (`default` policy)",
     ("revisit", "simhash_threshold"):
-        "main texts whose SimHashes are at most this many bits apart count as unchanged",
+        "-1: every change of the main text's words is a change; N >= 0: word changes whose SimHashes "
+        "are at most N bits apart count as unchanged",
     ("revisit", "history_fetches"):
         "fetch observations kept per URL for the change-rate estimators",
     ("revisit", "error_retry_interval_s"):
@@ -228,6 +230,12 @@ MEANINGS = {
     ("revisit", "nutch_sync_delta_rate"):
         "`nutch` policy: share of the time since Last-Modified the next fetch moves back "
         "(`db.fetch.schedule.adaptive.sync_delta_rate`)",
+    ("revisit", "stormcrawler_inc_rate"):
+        "`stormcrawler` policy: interval growth after an unchanged fetch "
+        "(`scheduler.adaptive.fetchInterval.rate.incr`)",
+    ("revisit", "stormcrawler_dec_rate"):
+        "`stormcrawler` policy: share of the way to the minimum interval after a change "
+        "(`scheduler.adaptive.fetchInterval.rate.decr`)",
     ("revisit", "profile"):
         "URL canonicalization profile of the state keys: set it to the URL stage's",
     ("revisit", "shingle_words"):

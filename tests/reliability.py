@@ -579,12 +579,13 @@ class Deployment:
 
 
 def _per_url_fields(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A revisit update without its interval: under the ``default`` policy the interval also depends
-    on the shard's budget state, built from every URL of the shard in the order the shard received
-    them, which the offline run (one shard) cannot share (nor two Kafka runs, whose routers interleave
-    input partitions differently); the change decision and the URL's own estimate do not."""
-    return [{k: v for k, v in update.items() if k not in ("next_fetch_at", "interval_s")}
-            for update in updates]
+    """A revisit update without its interval and estimate: under the ``default`` policy the interval
+    also depends on the shard's budget state, and the estimate on the prior of the URL's host in the
+    shard, both built from every URL of the shard in the order the shard received them, which the
+    offline run (one shard) cannot share (nor two Kafka runs, whose routers interleave input
+    partitions differently); the change decision does not."""
+    shard_wide = ("next_fetch_at", "interval_s", "change_rate_estimate")
+    return [{k: v for k, v in update.items() if k not in shard_wide} for update in updates]
 
 
 def identity(stage: str, record: dict[str, Any]) -> str:
