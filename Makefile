@@ -56,7 +56,7 @@ unit: venv
 # compiled modules keeps the editable install's finder from supplying this tree's.
 unit-pure: venv
 	@set -e; copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
-	git ls-files -z | xargs -0 cp --parents -t "$$copy"; \
+	git ls-files -z | xargs -0 cp -P --parents -t "$$copy"; \
 	printf 'SOURCES: dict[str, str] = {}\n' > "$$copy/streams/_compiled.py"; \
 	cd "$$copy"; \
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
