@@ -196,9 +196,10 @@ class Lifecycle:
         elapsed_s = max(now - job.began, 1e-6)
         rate = job.done / elapsed_s
         left_s = job.remaining / rate if rate > 0 else None
-        left = "unknown" if left_s is None else f"{left_s:.1f} s" if left_s < 10 else f"{left_s:.0f} s"
+        left = ("time left unknown" if left_s is None
+                else f"about {left_s:.1f} s left" if left_s < 10 else f"about {left_s:.0f} s left")
         log.info("recovery: shard %d: %d of %d changelog records replayed (%.0f%%), %.0f records/s, "
-                 "about %s left", shard, job.done, job.total, 100 * job.ratio, rate, left,
+                 "%s", shard, job.done, job.total, 100 * job.ratio, rate, left,
                  extra={"fields": {"event": "recovery", "shard": shard, "replayed": job.done,
                                    "to_replay": job.total, "percent": round(100 * job.ratio, 1),
                                    "records_per_s": round(rate), "seconds_left": left_s}})

@@ -164,7 +164,11 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits,
                     drain=drain, assignment_check=check)
     engine.install_signal_handlers()
-    watching = observer(engine) if observer is not None else None
+    try:  # the observer may refuse to start (a metrics port taken): close the engine's clients
+        watching = observer(engine) if observer is not None else None
+    except BaseException:
+        engine.close()
+        raise
     engine.lifecycle.started(start_facts(settings, kafka, generation, drain))
     tune_garbage_collector()
     if drain and idle_exit_s is None:
