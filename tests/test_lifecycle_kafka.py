@@ -60,12 +60,14 @@ def test_a_restarted_worker_tells_its_recovery_and_readiness(kafka: KafkaConfig,
     finally:
         code = worker.stop()
     assert code == 0, worker.log()
-    lines = [line.split("streams.lifecycle: ", 1)[1] for line in worker.lines if "streams.lifecycle: " in line]
+    said = "streams.lifecycle: "
+    lines = [line.split(said, 1)[1] for line in worker.lines if said in line]
     events = [line.split(":", 1)[0] for line in lines]
     assert events[:3] == ["start", "assignment", "recovery"], lines
     assert lines[2].startswith("recovery: rebuilding shards 0, 1, 2, 3 from the changelog: "), lines
     progress = [line for line in lines if line.startswith("recovery: shard ")]
-    assert progress and all("%)" in line and "records/s" in line and "left" in line for line in progress), lines
+    assert progress, lines
+    assert all("%)" in line and "records/s" in line and "left" in line for line in progress), lines
     assert any("%)" in line and "(0%)" not in line for line in progress), lines
     assert events[-2:] == ["ready", "stop"], lines
     assert lines[-2].startswith("ready: state caught up with the changelog (")
@@ -124,7 +126,8 @@ SPEC = StageSpec("stall-word", "each word once; 'stall' blocks while a file exis
                  build=lambda topics, runtime, _settings: StallWord(topics, runtime.app_id))
 
 
-def test_healthz_answers_503_while_the_loop_is_stalled(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
+def test_healthz_answers_503_while_the_loop_is_stalled(kafka: KafkaConfig, prefix: str,
+                                                       tmp_path: Path) -> None:
     flag = tmp_path / "stalled"
     ensure_topics(kafka, [TopicSpec(f"{prefix}words", 1)])
     env = worker_env(kafka.bootstrap_servers, STREAMS_METRICS_STALL_AFTER_S="1", PYTHONPATH=str(Path.cwd()),

@@ -24,7 +24,8 @@ SERVING = re.compile(r"serving http://[^:]+:(\d+)/metrics")
 class Worker:
     """``python -m streams ARGS`` (or ``command`` as given) with its stderr read line by line."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str], command: Sequence[str] | None = None) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str],
+                 command: Sequence[str] | None = None) -> None:
         argv = [*(command or [sys.executable, "-m", "streams"]), *args]
         self.process = subprocess.Popen(argv, env={**env, "PYTHONUNBUFFERED": "1"}, cwd=PROJECT_ROOT,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -52,7 +53,8 @@ class Worker:
                     if found:
                         return found
                 if self.process.poll() is not None and not self._reader.is_alive():
-                    raise AssertionError(f"exited {self.process.returncode} before {pattern!r}:\n{self.log()}")
+                    code = self.process.returncode
+                    raise AssertionError(f"exited {code} before {pattern!r}:\n{self.log()}")
                 if time.monotonic() > deadline:
                     raise AssertionError(f"no {pattern!r} after {timeout_s} s:\n{self.log()}")
                 self._changed.wait(0.2)
