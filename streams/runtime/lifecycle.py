@@ -33,6 +33,7 @@ from typing import Any, Final
 log: Final = logging.getLogger("streams.lifecycle")
 
 Partition = tuple[str, int]
+STALLED_LINE_INTERVALS: Final = 6  # a shard that does not advance is told every sixth interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,7 @@ class Lifecycle:
         self._recovery_s = 0.0
         self._recovered_records = 0
         self._last_progress_log = 0.0
+        self._logged: dict[int, tuple[int, float]] = {}  # shard -> (done, when) of its last line
         self._ready_pending = False
 
     # -- start and the loop ---------------------------------------------------------------
@@ -179,9 +181,18 @@ class Lifecycle:
             self._last_progress_log = now
         elif now - self._last_progress_log >= self.recovery_log_interval_s:
             for shard, job in sorted(self.recovery.items()):
-                if job.remaining > 0:
+                if job.remaining > 0 and self._worth_a_line(shard, job, now):
                     self._log_progress(shard, job, now)
             self._last_progress_log = now
+
+    def _worth_a_line(self, shard: int, job: ShardRecovery, now: float) -> bool:
+        """A shard that advanced gets its line; one that did not, a line every few intervals (a
+        stuck recovery must show, a shard waiting for its last transaction marker need not repeat)."""
+        done, when = self._logged.get(shard, (-1, 0.0))
+        if job.done == done and now - when < STALLED_LINE_INTERVALS * self.recovery_log_interval_s:
+            return False
+        self._logged[shard] = (job.done, now)
+        return True
 
     def _log_recovery_start(self) -> None:
         jobs = {shard: job.total for shard, job in sorted(self.recovery.items()) if job.total > 0}
@@ -207,6 +218,7 @@ class Lifecycle:
     def recovered(self, records: int, seconds: float) -> None:
         """Recovery of the shards just assigned finished (zero records when they were current)."""
         self._recovered_records, self._recovery_s = records, seconds
+        self._logged = {}
         self.recovery = {shard: ShardRecovery(job.start, job.end, job.end, job.began)
                          for shard, job in self.recovery.items()}
         self._last_progress_log = 0.0
