@@ -395,26 +395,7 @@ def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = regist
     handler: Handler = args.handler
     try:
         return handler(args)
-    except StreamsError as error:
-        logs.fatal(error, args.log_format)
-        return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as error:  # noqa: BLE001 - only Kafka's own errors are explained, others re-raised
-        explained = _kafka_failure(error)
-        if explained is None:
-            raise
-        print(f"error: {explained}", file=sys.stderr)
-        return 2
-
-
-def _kafka_failure(error: Exception) -> str | None:
-    """One line for a Kafka client error a command could not go on after (the cluster unreachable,
-    a topic missing, access refused): what the client said, and which cluster it asked."""
-    from confluent_kafka import KafkaException
-
-    if not isinstance(error, KafkaException):
-        return None
-    detail = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
-    cluster = config.bootstrap_servers() or "the local broker (crawl-dedup kafka start)"
-    return f"Kafka: {detail} (cluster: {cluster}; KAFKA_BOOTSTRAP_SERVERS names another)"
+    except Exception as error:  # noqa: BLE001 - a command's last words, with what to do (streams.ops.logs)
+        return logs.last_words(error, args.log_format)

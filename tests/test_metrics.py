@@ -3,7 +3,10 @@ standard collectors, the build series, the endpoint's port taken exactly."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,3 +137,43 @@ def test_endpoint_binds_loopback_and_refuses_a_taken_port() -> None:
     assert port != 0
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         assert b"crawl_dedup_batch_seconds" in response.read()
+
+
+def _exposition() -> str:
+    """Every series a URL worker exports, each with a value (lag, shards, recovery, lifecycle)."""
+    from prometheus_client import generate_latest
+
+    from streams.runtime.lifecycle import Lifecycle
+
+    metrics, engine = WorkerMetrics("url-dedup"), _Engine()
+    lifecycle = Lifecycle("url-dedup", "s", 5.0)
+    lifecycle.assigned_now([("s", 0)])
+    metrics.lifecycle.lifecycle = lifecycle
+    engine.stores = {0: _BloomStore()}
+    engine.counters.dead_letters_by_reason["invalid_url"] = 1
+    engine.counters.consumed_by_topic["f"] = 1
+    engine.counters.emitted_by_topic["n"] = 1
+    metrics.batch_done(engine)  # type: ignore[arg-type]
+    metrics.report_lag([PartitionLag("g", "t", 0, 5, 0, 9)])
+    return generate_latest(metrics.registry).decode()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None and not os.environ.get("CI"),
+                    reason="no promtool (make installs Debian's prometheus, as root)")
+def test_names_follow_the_prometheus_guidelines() -> None:
+    """promtool's own lint of the exposition (units, _total, snake case, help), and what it cannot
+    know: a share between 0 and 1 is a _ratio, a gauge carries its unit, nothing is called a rate."""
+    text = _exposition()
+    linted = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                            check=False)
+    assert (linted.returncode, linted.stdout + linted.stderr) == (0, "")
+    families = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")}
+    ours = {name: kind for name, kind in families.items() if name.startswith("crawl_dedup_")}
+    assert ours and not [name for name in ours if "rate" in name]
+    for name, kind in ours.items():
+        if kind == "gauge" and name != "crawl_dedup_ready":
+            assert name.endswith(("_bytes", "_seconds", "_records", "_ratio", "_info")), name
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if "_ratio" in name and not line.startswith("#"):
+            assert 0 <= float(value) <= 1, line

@@ -11,6 +11,9 @@ container, a systemd unit); the flags win.
 and ``worker_id`` (once the worker set them, :func:`bind`), ``message`` (the same sentence the text
 format prints) and ``fields``, the line's facts as values a shipper can index (what a lifecycle line
 passes as ``extra={"fields": {...}}``), plus ``error`` with the traceback when there is one.
+
+:func:`last_words` is what a command says when an error ends it: the error and what to do about it
+(each :class:`~streams.errors.StreamsError` class's ``advice``), in either format.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from collections.abc import Mapping
 from typing import IO, Any, Final
 
 import orjson
+from confluent_kafka import KafkaException
+
+from streams.errors import BrokerError, StreamsError
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS: Final = ("text", "json")
@@ -100,12 +106,23 @@ def setup(level: str = DEFAULT_LOG_LEVEL, log_format: str = DEFAULT_LOG_FORMAT,
     root.setLevel(level.upper())
 
 
-def fatal(error: Exception, log_format: str) -> None:
-    """A command's last words: the error and what to do about it (its class's ``advice``); one
-    ``error:`` line on stderr, or one JSON object in the JSON format."""
-    advice = getattr(error, "advice", "")
+def last_words(error: Exception, log_format: str) -> int:
+    """What a command says when an error ends it, and its exit status: a :class:`StreamsError` or a
+    Kafka client error (the cluster unreachable, refusing, timing out) is one line with what to do
+    (its class's ``advice``), status 2; anything else is unexpected: its traceback goes through the
+    log (so the JSON format carries it too), status 1."""
+    if isinstance(error, KafkaException):
+        reason = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
+        error = BrokerError(f"Kafka: {reason}")
+    if not isinstance(error, StreamsError):
+        logging.getLogger("streams").critical(
+            "unexpected error (what to do: start the command again; a worker resumes from its last "
+            "commit and loses nothing; report this traceback)", exc_info=error,
+            extra={"fields": {"event": "fatal", "error": type(error).__name__}})
+        return 1
     if log_format == "json":
         logging.getLogger("streams").critical("%s", error, extra={"fields": {
-            "event": "fatal", "error": type(error).__name__, "what_to_do": advice}})
+            "event": "fatal", "error": type(error).__name__, "what_to_do": error.advice}})
     else:
-        print(f"error: {error}" + (f" (what to do: {advice})" if advice else ""), file=sys.stderr)
+        print(f"error: {error}" + (f" (what to do: {error.advice})" if error.advice else ""), file=sys.stderr)
+    return 2

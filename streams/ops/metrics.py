@@ -36,6 +36,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
@@ -52,6 +53,10 @@ from streams.runtime.store import Measured
 from streams.version import package_version
 
 log = logging.getLogger(__name__)
+
+# Prometheus 2 stores each counter's and histogram's `_created` sample as a series of its own: as many
+# series again, which nothing reads. Process-wide, as the library offers it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DEFAULT_PORTS = stages.metrics_ports()  # by stage name (streams/registry.py)
 DUPLICATE_DECISIONS = frozenset({"seen", "exact", "near", "unchanged"})
