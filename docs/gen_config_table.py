@@ -74,7 +74,7 @@ SECTIONS = (
 )
 
 # Placeholder for defaults computed at start-up (default_factory).
-COMPUTED_DEFAULTS = {("runtime", "worker_id"): "the host name"}
+COMPUTED_DEFAULTS = {("runtime", "worker_id"): "the host name", ("metrics", "port"): "the stage's own"}
 
 FLAGS = {  # command-line flags of the stage commands (they win over everything else)
     ("runtime", "app_id"): "--app-id",
@@ -124,6 +124,9 @@ MEANINGS = {
     ("runtime", "rocksdb_block_cache_mb"):
         "RocksDB block cache of each shard store, in MiB; not content-seen's, whose PlainTable "
         "files the OS page cache holds",
+    ("runtime", "recovery_log_interval_s"):
+        "seconds between two progress lines of a shard being rebuilt from its changelog (records "
+        "replayed of those to replay, percent, rate, time left)",
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):
@@ -133,14 +136,19 @@ MEANINGS = {
         "partitions of the input and output topics a stage creates when missing (the dead-letter "
         "topic gets 1, internal topics `shards`); existing topics keep theirs",
     ("metrics", "enabled"):
-        "serve `/metrics` and measure consumer lag (`false`: neither)",
+        "serve `/metrics`, `/healthz` and `/readyz` and measure consumer lag (`false`: none of it)",
     ("metrics", "host"):
-        "address `/metrics` listens on; `0.0.0.0` in a container so Prometheus can reach it",
+        "address the endpoint listens on; `0.0.0.0` in a container so Prometheus and probes reach it",
     ("metrics", "port"):
-        "`/metrics` port; 0 is the stage's own (url-dedup 9410, content-seen 9411, revisit 9412, "
-        "first-seen 9413); a taken port falls back to a free one, logged",
+        "port of `/metrics`, `/healthz` and `/readyz`; unset: the stage's own (url-dedup 9410, "
+        "content-seen 9411, revisit 9412, first-seen 9413); `0`: any free port, logged; a taken "
+        "port is a start-up error naming it",
     ("metrics", "lag_interval_s"):
-        "seconds between two measurements of the consumer lag (`kafka_consumergroup_lag`)",
+        "seconds between two measurements of the consumer lag (`crawl_dedup_consumer_lag_records`)",
+    ("metrics", "stall_after_s"):
+        "`/healthz` answers 503 once the main loop showed no sign of life for this long (longer "
+        "than a batch part and its commit, or fencing at start; the watchdog acts 10 s past a "
+        "blocked call's timeout)",
     ("url_dedup", "profile"):
         "canonicalization profile: `safe` (meaning-preserving rewrites only) or `aggressive`",
     ("url_dedup", "max_url_bytes"):

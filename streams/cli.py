@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import os
 import sys
 import tempfile
@@ -21,6 +20,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from streams import config, kafka_local, registry
 from streams.cluster import kafka_config
 from streams.errors import StreamsError
+from streams.ops import logs
+from streams.ops.logs import (
+    DEFAULT_LOG_FORMAT,
+    DEFAULT_LOG_LEVEL,
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+)
 from streams.registry import StageSpec
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
@@ -78,7 +86,9 @@ def _first_seen(args: argparse.Namespace) -> int:
         raise StreamsError(f"input topic {args.input} does not exist")
     args.shards = len(metadata.partitions)  # the keyed input is the shard topic
     stage = FirstSeenStage(args.input, args.output)
-    run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, _runtime_settings(args),
+    settings = _runtime_settings(args)
+    logs.bind(stage=stage.name, worker_id=settings.worker_id)
+    run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, settings,
               _topic_settings(args), idle_exit_s=args.idle_exit_s, observer=_metrics(args), drain=args.drain)
     return 0
 
@@ -107,6 +117,7 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
     offline = getattr(args, "offline", False)
+    logs.bind(stage=spec.name, worker_id=settings.worker_id)
     if not offline:  # the stage's topics are those of its state's current generation
         from streams.runtime.generations import current_topics
 
@@ -227,8 +238,9 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
                          help="route each input partition only up to its end at assignment, decide "
                               "what was routed, then exit once idle: the stop before a reshard")
     command.add_argument("--metrics-port", type=int, default=None,
-                         help="Prometheus /metrics port (default: the stage's own, 9410-9413; "
-                              "host 127.0.0.1 unless STREAMS_METRICS_HOST is set)")
+                         help="port of /metrics, /healthz and /readyz (default: the stage's own, "
+                              "9410-9413; 0: any free port; a taken port is an error; host 127.0.0.1 "
+                              "unless STREAMS_METRICS_HOST is set)")
 
 
 def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
@@ -257,11 +269,6 @@ def add_stage_command(commands: Any, spec: StageSpec) -> None:
     command.set_defaults(handler=partial(run_spec, spec))
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-LOG_LEVEL_ENV = "STREAMS_LOG_LEVEL"
-DEFAULT_LOG_LEVEL = "warning"
-
-
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line and exit 2 (argparse prints the usage too)."""
 
@@ -270,8 +277,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
-    """``--config`` and ``--log-level``, accepted before and after the command: the subcommands take
-    them too, with no default of their own, so one given before the command is not overwritten."""
+    """``--config``, ``--log-level`` and ``--log-format``, accepted before and after the command: the
+    subcommands take them too, with no default of their own, so one given before the command is
+    not overwritten."""
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 
@@ -279,7 +287,12 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
                         help="TOML settings file (also STREAMS_CONFIG)")
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                         default=default(os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower()),
-                        help=f"what to log (default {DEFAULT_LOG_LEVEL}, or {LOG_LEVEL_ENV})")
+                        help=f"what to log (default {DEFAULT_LOG_LEVEL}: a worker's lifecycle; or "
+                             f"{LOG_LEVEL_ENV})")
+    parser.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS,
+                        default=default(os.environ.get(LOG_FORMAT_ENV, DEFAULT_LOG_FORMAT).lower()),
+                        help=f"text, or json: one object per line for log shippers (default "
+                             f"{DEFAULT_LOG_FORMAT}, or {LOG_FORMAT_ENV})")
 
 
 def _add_kafka_command(commands: Any) -> None:
@@ -371,36 +384,18 @@ class _Version(argparse.Action):
 def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.STAGES) -> int:
     """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
     its own with ``main(stages=[its_spec])``, as tests/test_registry_kafka.py does)."""
-    if os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower() not in LOG_LEVELS:
-        print(f"{_prog()}: error: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r} is not one of "
-              f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
+    try:
+        logs.env_choice(os.environ, LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL, LOG_LEVELS)
+        logs.env_choice(os.environ, LOG_FORMAT_ENV, DEFAULT_LOG_FORMAT, LOG_FORMATS)
+    except ValueError as error:
+        print(f"{_prog()}: error: {error}", file=sys.stderr)
         return 2
     args = _parser(stages).parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(args.log_level, args.log_format)
     handler: Handler = args.handler
     try:
         return handler(args)
-    except StreamsError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as error:  # noqa: BLE001 - only Kafka's own errors are explained, others re-raised
-        explained = _kafka_failure(error)
-        if explained is None:
-            raise
-        print(f"error: {explained}", file=sys.stderr)
-        return 2
-
-
-def _kafka_failure(error: Exception) -> str | None:
-    """One line for a Kafka client error a command could not go on after (the cluster unreachable,
-    a topic missing, access refused): what the client said, and which cluster it asked."""
-    from confluent_kafka import KafkaException
-
-    if not isinstance(error, KafkaException):
-        return None
-    detail = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
-    cluster = config.bootstrap_servers() or "the local broker (crawl-dedup kafka start)"
-    return f"Kafka: {detail} (cluster: {cluster}; KAFKA_BOOTSTRAP_SERVERS names another)"
+    except Exception as error:  # noqa: BLE001 - a command's last words, with what to do (streams.ops.logs)
+        return logs.last_words(error, args.log_format)

@@ -22,6 +22,11 @@ from streams.runtime.kafka_io import KafkaConfig
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
+# Workers started by tests serve their metrics on any free port, never on the stages' own: several
+# workers of a test, and other test runs on the machine, would take each other's (a taken port is a
+# start-up error). Tests that need a known port set STREAMS_METRICS_PORT themselves.
+os.environ.setdefault("STREAMS_METRICS_PORT", "0")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -252,9 +252,9 @@ class Worker:
         return re.split(r"^=== start \d+ at .*$", text, flags=re.MULTILINE)[1:]
 
     def assigned(self) -> bool:
-        """Whether the current run got its partitions (the engine logs ``assigned ...`` at INFO)."""
+        """Whether the current run got its partitions (its ``assignment:`` lifecycle line)."""
         runs = self.runs()
-        return bool(runs) and " assigned " in runs[-1]
+        return bool(runs) and " assignment: owns " in runs[-1]
 
     def diagnosis(self) -> str:
         """Why the last run ended, from its log: an assertion of librdkafka, a fatal signal with the

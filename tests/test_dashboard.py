@@ -1,8 +1,9 @@
 """The Grafana dashboard (ops/grafana/dashboards/crawl-dedup.json) cannot be rendered here: check it.
 
 It must parse, query only the metrics the workers export (names below, as streams.ops.metrics
-exports them, and kafka_exporter's names for lag), show every one of them, and use the Prometheus
-datasource that the provisioning file defines, by uid.
+exports them, and the standard process collector's), show every one of them, and use the
+Prometheus datasource that the provisioning file defines, by uid. That every query returns data
+from real workers is checked against a real Prometheus (tests/test_prometheus_kafka.py).
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ COUNTERS = {
     "crawl_dedup_race_matches_total",
 }
 GAUGES = {
-    "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_rate",
-    "crawl_dedup_state_bytes", "kafka_consumergroup_lag", "kafka_consumergroup_lag_sum",
+    "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_ratio",
+    "crawl_dedup_state_bytes", "crawl_dedup_consumer_lag_records", "crawl_dedup_build_info",
+    "crawl_dedup_ready", "crawl_dedup_last_commit_timestamp_seconds",
+    "crawl_dedup_recovery_remaining_records", "crawl_dedup_recovery_progress_ratio",
 }
 HISTOGRAMS = {"crawl_dedup_batch_seconds", "crawl_dedup_record_age_seconds"}
+# The standard collectors' series the dashboard shows (prometheus_client's process collector).
+STANDARD = {"process_resident_memory_bytes", "process_cpu_seconds_total"}
 # The series names Prometheus stores: a histogram is scraped as its _bucket, _sum and _count series.
-SERIES = COUNTERS | GAUGES | {f"{name}{suffix}" for name in HISTOGRAMS
-                              for suffix in ("_bucket", "_sum", "_count")}
-LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "consumergroup", "partition", "le",
-          "job", "instance"}
+SERIES = COUNTERS | GAUGES | STANDARD | {f"{name}{suffix}" for name in HISTOGRAMS
+                                         for suffix in ("_bucket", "_sum", "_count")}
+LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "group", "partition", "le",
+          "job", "instance", "version", "compiled", "librdkafka"}
 
 # PromQL words that are neither metrics nor labels (functions are told apart by the "(" after them).
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
@@ -133,7 +138,7 @@ def test_every_metric_is_shown() -> None:
     used: set[str] = set()
     for _, expr in _queries():
         used |= query_names(expr)[0]
-    shown = {name if name in COUNTERS | GAUGES else re.sub(r"_(bucket|sum|count)$", "", name)
+    shown = {name if name in COUNTERS | GAUGES | STANDARD else re.sub(r"_(bucket|sum|count)$", "", name)
              for name in used}
     assert shown >= COUNTERS | GAUGES | HISTOGRAMS, sorted(COUNTERS | GAUGES | HISTOGRAMS - shown)
 
@@ -164,7 +169,8 @@ def test_metric_list_matches_the_workers() -> None:
     registered: set[str] = set()
     for family in metrics.WorkerMetrics("url-dedup").registry.collect():
         registered.add(f"{family.name}_total" if family.type == "counter" else family.name)
-    assert registered == COUNTERS | GAUGES | HISTOGRAMS
+    assert {name for name in registered if name.startswith("crawl_dedup_")} == COUNTERS | GAUGES | HISTOGRAMS
+    assert registered >= STANDARD
 
 
 def test_duplicate_decisions_match_the_workers() -> None:

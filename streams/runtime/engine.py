@@ -44,6 +44,7 @@ from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.inflow import InputFlow, first_offsets
 from streams.runtime.kafka_io import KafkaConfig, RecordReader, produce_when_room
+from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.outputs import Outputs
 from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
@@ -111,6 +112,7 @@ class Engine:
         self._assignment_check = assignment_check
         self._stopping = False
         self._assigned = False
+        self.lifecycle = Lifecycle(stage.name, stage.state_topic, settings.recovery_log_interval_s)
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
@@ -149,6 +151,7 @@ class Engine:
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
         self._stopping = True
+        self.lifecycle.stopping()
         self._watchdog.request_stop()
 
     def install_signal_handlers(self) -> None:
@@ -169,12 +172,14 @@ class Engine:
                     observer.batch_done(self)
                 elif done == "idle" and self._idle(idle_exit_s):
                     break
-        except BaseException:
+        except BaseException as error:
             self._close_after_failure(observer)
+            self.lifecycle.stopped(error)
             raise
         if observer is not None:
             observer.stopped(self)
         self.close()
+        self.lifecycle.stopped(None)
 
     def start(self) -> None:
         """What :meth:`run` does first: fence this worker's predecessor, join the group. For a
@@ -192,10 +197,12 @@ class Engine:
         self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)
         self._last_activity = time.monotonic()
+        self.lifecycle.joining()
 
     def step(self) -> Step:
         """One turn of the loop: consume, and run the batch (``"batch"``); with nothing consumed,
         report input positions that moved (``"report"``), else ``"idle"``."""
+        self.lifecycle.turned()
         batch = self._consume()
         if batch or (self._inflow is not None and self._inflow.holding):
             self._run_batch(batch)
@@ -243,19 +250,22 @@ class Engine:
             self._assignment_check()
         if self._cut is not None:
             self._cut.assigned(partitions)
+        owned = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
+        self.lifecycle.assigned_now(owned)
         opened = {tp.partition: self._store_factory(tp.partition) for tp in partitions
                   if tp.topic == self.stage.state_topic and tp.partition not in self._stores}
-        result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients)
+        result = recover(self.kafka, opened, self.changelog_topic, clients=self._clients,
+                         watcher=self.lifecycle)
+        self.lifecycle.recovered(result.total, result.seconds)
         self.counters.recovered_records += result.total
         for partition, store in opened.items():
             self._identities.opened(partition, store)
         self._stores.update(opened)
         if self._inputs is not None:
             self._inputs.assigned(partitions)
-        self.assignment = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
+        self.assignment = owned
         self._assigned = True
         self._last_activity = time.monotonic()
-        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
     @property
     def stores(self) -> dict[int, PartitionStore]:
@@ -265,6 +275,7 @@ class Engine:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = tuple(item for item in self.assignment if item not in revoked)
+        self.lifecycle.revoked(revoked)
         if self._inputs is not None:
             self._inputs.revoked(revoked)
         if self._inflow is not None:
@@ -360,6 +371,7 @@ class Engine:
                 self._routing.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
+            self.lifecycle.turned()  # a long batch commits in parts: each one is a sign of life
             start += done
         # The metrics observe the whole batch, every part of it.
         self.counters.last_batch_s = time.perf_counter() - batch_began
@@ -445,12 +457,14 @@ class Engine:
                     produce_when_room(self._producer, self.settings.transaction_timeout_s,
                                       self.changelog_topic, value, key, partition, on_delivery)
         timeout_s = self.settings.transaction_timeout_s
+        offsets = self._offsets(batch)
         with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
             self._producer.send_offsets_to_transaction(
-                self._offsets(batch), self._consumer.consumer_group_metadata(), timeout_s)
+                offsets, self._consumer.consumer_group_metadata(), timeout_s)
         with self._watchdog.guard("commit_transaction", timeout_s):
             self._producer.commit_transaction(timeout_s)
         self._producer.poll(0)  # serve any delivery report commit_transaction left queued
+        self.lifecycle.committed([(tp.topic, tp.partition, tp.offset) for tp in offsets])
         return changelog_ends
 
     @staticmethod

@@ -25,6 +25,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
@@ -163,10 +164,27 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
     engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits,
                     drain=drain, assignment_check=check)
     engine.install_signal_handlers()
-    compiled = compiled_modules()
-    log.info("hot path %s", f"compiled with mypyc ({len(compiled)} modules)" if compiled else "interpreted")
+    try:  # the observer may refuse to start (a metrics port taken): close the engine's clients
+        watching = observer(engine) if observer is not None else None
+    except BaseException:
+        engine.close()
+        raise
+    engine.lifecycle.started(start_facts(settings, kafka, generation, drain))
     tune_garbage_collector()
     if drain and idle_exit_s is None:
         idle_exit_s = DRAIN_IDLE_EXIT_S
-    engine.run(idle_exit_s=idle_exit_s, observer=observer(engine) if observer is not None else None)
+    engine.run(idle_exit_s=idle_exit_s, observer=watching)
     return engine
+
+
+def start_facts(settings: RuntimeSettings, kafka: KafkaConfig, generation: int,
+                drain: bool) -> dict[str, Any]:
+    """What the start line tells (:mod:`streams.runtime.lifecycle`)."""
+    from streams.version import package_version
+
+    compiled = compiled_modules()
+    return {"version": package_version(),
+            "build": f"compiled ({len(compiled)} modules)" if compiled else "pure Python",
+            "worker_id": settings.worker_id, "app_id": settings.app_id, "shards": settings.shards,
+            "generation": generation, "brokers": kafka.bootstrap_servers,
+            "mode": "drain" if drain else "run"}
