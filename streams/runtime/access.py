@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._acl import AclOperation  # re-exported by confluent_kafka.admin, undeclared
 
@@ -42,11 +42,13 @@ AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTI
 AUTHORIZATION = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
                            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
-# Client errors worth a diagnosis: the cluster's doing, or what a deleted topic looks like from a
-# client (an unknown topic, records that time out waiting for it).
-SUSPECT = AUTHENTICATION | AUTHORIZATION | frozenset({
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
-    KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT})
+# What a deleted topic looks like from a client, or a denied one.
+UNKNOWN = AUTHORIZATION | frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                     KafkaError._UNKNOWN_PARTITION})
+# Failed calls worth a diagnosis: those, and records that timed out (waiting for a deleted topic to
+# come back). Only failed calls: a client error of the kind is reported every few seconds while
+# brokers are down, and a diagnosis then waits for its timeout.
+SUSPECT = AUTHENTICATION | UNKNOWN | frozenset({KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT})
 CREDENTIALS_GRACE_S = 30.0  # authentication failing this long is no passing hiccup
 DIAGNOSIS_INTERVAL_S = 5.0  # suspect client errors come in bursts (one per partition): one look each
 RECOVERY = "README, Reliability, 'Hostile cluster events'"
@@ -75,7 +77,7 @@ class ClusterWatch:
             now = time.monotonic()
             self._auth_first = self._auth_first or now
             self._auth_last, self._auth_error = now, error.str()
-        elif error.code() in SUSPECT:
+        elif error.code() in UNKNOWN:
             self._suspect = True
         log.warning("kafka: %s", error.str())
 
@@ -96,10 +98,22 @@ class ClusterWatch:
 
     def consumer_error(self, error: KafkaError) -> None:
         """A consumer error the engine would only log: raise its cause when it is the cluster's doing."""
-        if error.code() in SUSPECT:
+        if error.code() in UNKNOWN:
             found = self.diagnose()
             if found is not None:
                 raise found
+
+    def cause_of(self, error: BaseException, producer: Producer) -> RuntimeFailure | None:
+        """The cause of ``error`` that stops a worker, when the cluster caused it. ``producer``'s
+        error callbacks queued while the failed call blocked are served first."""
+        if not isinstance(error, (KafkaException, RuntimeFailure)) or isinstance(error, (AccessDenied,
+                                                                                       TopicDeleted)):
+            return None
+        try:
+            producer.poll(0)
+        except Exception:  # noqa: BLE001 - a producer in a fatal state: nothing more to learn from it
+            log.debug("serving the producer's callbacks after the failure failed too", exc_info=True)
+        return self.diagnose()
 
     def diagnose(self) -> RuntimeFailure | None:
         """The cause of a failure when it is the cluster's doing (module docstring), else None."""

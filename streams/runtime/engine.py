@@ -36,7 +36,7 @@ from typing import Any, Final, Literal, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.config import RuntimeSettings
-from streams.errors import AccessDenied, RecordRejected, RuntimeFailure, StreamsError, TopicDeleted
+from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.access import SUSPECT, ClusterWatch
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.clients import CONFLUENT, KafkaClients
@@ -51,7 +51,7 @@ from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Stage, StageContext, shard_store
-from streams.runtime.store import PartitionStore
+from streams.runtime.store import PartitionStore, close_all
 from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
@@ -241,15 +241,7 @@ class Engine:
 
     def _cause(self, error: BaseException) -> StreamsError | None:
         """What a Kafka failure was, when it is the cluster's doing (:mod:`streams.runtime.access`)."""
-        if self._watch is None or not isinstance(error, (KafkaException, RuntimeFailure)):
-            return None
-        if isinstance(error, (AccessDenied, TopicDeleted)):
-            return None
-        try:
-            self._producer.poll(0)  # serve the error callbacks queued while the failed call blocked
-        except Exception:  # noqa: BLE001 - a producer in a fatal state: nothing more to learn from it
-            log.debug("serving the producer's callbacks after the failure failed too", exc_info=True)
-        return self._watch.diagnose()
+        return None if self._watch is None else self._watch.cause_of(error, self._producer)
 
     def _idle(self, idle_exit_s: float | None) -> bool:
         """Idle time counts from the last batch or the last assignment, never from start-up."""
@@ -266,21 +258,10 @@ class Engine:
                 self._producer.flush(10)
                 if self._input_reader is not None:
                     self._input_reader.close()
-            self._close_stores()
+            stores, self._stores = list(self._stores.values()), {}
+            close_all(stores)
         finally:
             self._watchdog.close()
-
-    def _close_stores(self) -> None:
-        """Close every store, even after one failed (each flushes its memtable); raise the first error."""
-        failures: list[Exception] = []
-        for store in self._stores.values():
-            try:
-                store.close()
-            except Exception as failure:  # noqa: BLE001 - raised below, after the other stores closed
-                failures.append(failure)
-        self._stores.clear()
-        if failures:
-            raise failures[0]
 
     # -- rebalance ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import contextlib
 import errno
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -282,6 +282,18 @@ class RocksStore:
     def close(self) -> None:
         with disk_errors(self._path):  # closing flushes the memtable
             self._db.close()
+
+
+def close_all(stores: Iterable[PartitionStore]) -> None:
+    """Close every store, even after one failed (each flushes its memtable); raise the first error."""
+    failures: list[Exception] = []
+    for store in stores:
+        try:
+            store.close()
+        except Exception as failure:  # noqa: BLE001 - raised below, once the others are closed
+            failures.append(failure)
+    if failures:
+        raise failures[0]
 
 
 def destroy(path: Path) -> None:
