@@ -51,6 +51,10 @@ UNKNOWN = AUTHORIZATION | frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaErro
 SUSPECT = AUTHENTICATION | UNKNOWN | frozenset({KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT})
 CREDENTIALS_GRACE_S = 30.0  # authentication failing this long is no passing hiccup
 DIAGNOSIS_INTERVAL_S = 5.0  # suspect client errors come in bursts (one per partition): one look each
+# A topic created a moment ago may be missing from another broker's metadata for a while (seconds on
+# a loaded cluster: a worker's consumer saw its new shard topic as unknown): missing means missing
+# at every look, CONFIRMATION_S apart.
+CONFIRMATIONS, CONFIRMATION_S = 3, 4.0
 RECOVERY = "README, Reliability, 'Hostile cluster events'"
 
 
@@ -133,11 +137,26 @@ class ClusterWatch:
             f"was committed, and it resumes from there ({RECOVERY})")
 
     def _topics(self) -> RuntimeFailure | None:
-        names = list(dict.fromkeys([*self.reads, *self.writes]))
+        missing, denied = self._describe(list(dict.fromkeys([*self.reads, *self.writes])))
+        for _ in range(CONFIRMATIONS - 1):
+            if not missing:
+                break
+            time.sleep(CONFIRMATION_S)
+            missing = [name for name in self._describe(missing)[0] if name in missing]
+        if missing:
+            return TopicDeleted(
+                f"topic {', '.join(missing)} was deleted while this worker ran: it stops rather than "
+                "lose what it would write there or read back; nothing after its last commit was "
+                f"committed. Recovery depends on the topic: {RECOVERY}")
+        return self._denied(denied)
+
+    def _describe(self, names: list[str]) -> tuple[list[str], list[str]]:
+        """Which of ``names`` are missing, and what is denied of them."""
         admin = AdminClient(self.kafka.admin())
         futures = admin.describe_topics(TopicCollection(names), include_authorized_operations=True,
                                         request_timeout=self.timeout_s)
-        missing, denied = [], []
+        missing: list[str] = []
+        denied: list[str] = []
         for name, future in futures.items():
             try:
                 operations = future.result().authorized_operations
@@ -154,12 +173,7 @@ class ClusterWatch:
                 denied.append(f"WRITE on topic {name}")
             if name in self.reads and AclOperation.READ not in operations:
                 denied.append(f"READ on topic {name}")
-        if missing:
-            return TopicDeleted(
-                f"topic {', '.join(missing)} was deleted while this worker ran (or never existed): it "
-                "stops rather than lose what it would write there or read back; nothing after its "
-                f"last commit was committed. Recovery depends on the topic: {RECOVERY}")
-        return self._denied(denied)
+        return missing, denied
 
     def _group(self) -> RuntimeFailure | None:
         admin = AdminClient(self.kafka.admin())

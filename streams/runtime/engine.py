@@ -200,8 +200,9 @@ class Engine:
         self._subscribe()
 
     def _init_transactions(self) -> None:
-        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
-            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        timeout_s = self.settings.transaction_timeout_s * 2
+        self._watchdog.transactional("init_transactions", timeout_s,
+                                     lambda: self._producer.init_transactions(timeout_s))
 
     def _subscribe(self) -> None:
         topics = [*self.stage.route_topics, self.stage.state_topic]
@@ -322,8 +323,7 @@ class Engine:
         self._producer.begin_transaction()
         try:
             self._produce(self._reporter(positions, {}))
-            with self._watchdog.guard("commit_transaction", self.settings.transaction_timeout_s):
-                self._producer.commit_transaction(self.settings.transaction_timeout_s)
+            self._commit_transaction()
         except KafkaException as error:
             self._abort([], error)
             return False
@@ -479,15 +479,19 @@ class Engine:
                     produce_when_room(self._producer, self.settings.transaction_timeout_s,
                                       self.changelog_topic, value, key, partition, on_delivery)
         timeout_s = self.settings.transaction_timeout_s
-        offsets = self._offsets(batch)
-        with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
-            self._producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), timeout_s)
-        with self._watchdog.guard("commit_transaction", timeout_s):
-            self._producer.commit_transaction(timeout_s)
+        offsets, group = self._offsets(batch), self._consumer.consumer_group_metadata()
+        send = self._producer.send_offsets_to_transaction
+        self._watchdog.transactional("send_offsets_to_transaction", timeout_s,
+                                     lambda: send(offsets, group, timeout_s))
+        self._commit_transaction()
         self._producer.poll(0)  # serve any delivery report commit_transaction left queued
         self.lifecycle.committed([(tp.topic, tp.partition, tp.offset) for tp in offsets])
         return changelog_ends
+
+    def _commit_transaction(self) -> None:
+        timeout_s = self.settings.transaction_timeout_s
+        self._watchdog.transactional("commit_transaction", timeout_s,
+                                     lambda: self._producer.commit_transaction(timeout_s))
 
     @staticmethod
     def _offsets(batch: list[Message]) -> list[TopicPartition]:
@@ -509,8 +513,9 @@ class Engine:
         self._identities.aborted()
         if self._routing is not None:
             self._routing.aborted()
-        with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
-            self._producer.abort_transaction(self.settings.transaction_timeout_s)
+        timeout_s = self.settings.transaction_timeout_s
+        self._watchdog.transactional("abort_transaction", timeout_s,
+                                     lambda: self._producer.abort_transaction(timeout_s))
         self.counters.aborted_batches += 1
         if self._watch is not None and kafka_error.code() in SUSPECT:
             cause = self._watch.diagnose()  # aborted already: nothing of the batch committed

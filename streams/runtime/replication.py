@@ -61,7 +61,7 @@ def for_stage(kafka: KafkaConfig, settings: TopicSettings, inputs: Sequence[str]
 
     ``inputs``: the stage's input topics; ``internal``: its shard, changelog and generations topics;
     ``created``: every topic it creates when missing."""
-    found = _look(kafka, [*inputs, *internal], timeout_s)
+    found = _look(kafka, [*inputs, *internal, *created], timeout_s)
     chosen, why = _choose(settings, found, inputs)
     _check(chosen, why, found, internal, [name for name in created if name not in found.replicas])
     return chosen
