@@ -142,18 +142,41 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication: R
         return
     factor = CLUSTER_DEFAULT if replication is None else replication.factor
     extra = {} if replication is None else replication.config()
-    futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, factor, config={**extra, **s.config}) for s in missing],
-        operation_timeout=timeout_s,
-    )
-    for name, future in futures.items():
-        try:
-            future.result()
-        except KafkaException as error:
-            if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another worker won the race
-                raise ConfigError(f"cannot create topic {name}: {error}") from error
+    pending = missing
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, factor, config={**extra, **s.config}) for s in pending],
+            operation_timeout=timeout_s,
+        )
+        failed = {name: _create_failure(name, future, attempt) for name, future in futures.items()}
+        pending = [spec for spec in pending if failed.get(spec.name)]
+        if not pending:
+            break
+        time.sleep(1.0)
     _wait_until_visible(admin, [spec.name for spec in missing], timeout_s)
     log.info("created topics %s", ", ".join(s.name for s in missing))
+
+
+# A request cut short while the cluster's brokers change (one restarting, or just started: librdkafka
+# drops the handle of a broker that left the metadata, failing what it had in flight) is tried again.
+CREATE_ATTEMPTS = 3
+_CREATE_TRANSIENT = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                               KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER})
+
+
+def _create_failure(name: str, future: Any, attempt: int) -> bool:
+    """Whether creating ``name`` must be tried again; raises when it cannot be created."""
+    try:
+        future.result()
+    except KafkaException as error:
+        code = error.args[0].code()
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:  # another worker won the race (or a retry did)
+            return False
+        if code in _CREATE_TRANSIENT and attempt < CREATE_ATTEMPTS:
+            log.warning("creating topic %s: %s; trying again", name, error.args[0].str())
+            return True
+        raise ConfigError(f"cannot create topic {name}: {error}") from error
+    return False
 
 
 def output_limits(kafka: KafkaConfig, topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, int]:
