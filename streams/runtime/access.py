@@ -117,7 +117,7 @@ class ClusterWatch:
             producer.poll(0)
         except Exception:  # noqa: BLE001 - a producer in a fatal state: nothing more to learn from it
             log.debug("serving the producer's callbacks after the failure failed too", exc_info=True)
-        return self.diagnose()
+        return self.diagnose() or fenced(error)
 
     def diagnose(self) -> RuntimeFailure | None:
         """The cause of a failure when it is the cluster's doing (module docstring), else None."""
@@ -197,3 +197,19 @@ class ClusterWatch:
             f"the cluster denies this worker {', '.join(denied)}: grant its principal the ACLs a worker "
             f"needs ({RECOVERY}), then start it again; the transaction that failed was not committed, "
             "and the worker resumes from its last commit")
+
+
+def fenced(error: BaseException) -> RuntimeFailure | None:
+    """A fatal error of the transactional producer, said plainly: the cluster aborted its open
+    transaction (open past ``transaction_timeout_s``, as when a stalled broker held it) or another
+    producer with its ``transactional.id`` took over. The producer cannot go on; the worker stops,
+    and started again (by its supervisor) resumes from its last commit."""
+    cause = error if isinstance(error, KafkaException) else error.__cause__  # RuntimeFailure from one
+    failure = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+    if not isinstance(failure, KafkaError) or not failure.fatal():
+        return None
+    return RuntimeFailure(
+        f"the cluster ended this worker's transaction ({failure.str()}): it stayed open past "
+        "[runtime] transaction_timeout_s (a broker stalled that long?) or another worker with the same "
+        "worker id took over; start the worker again (a supervisor does): it resumes from its last "
+        "commit. If this recurs at once, two workers share a worker id")
