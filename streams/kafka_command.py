@@ -21,12 +21,13 @@ def add_parser(commands: Any) -> None:
         "kafka", help="the local KRaft broker or cluster (development, tests)",
         description="A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for development, tests and "
                     "the demo, or with --brokers N a local cluster of N nodes (each a combined "
-                    "controller and broker; topics default to replication factor 3 and "
-                    "min.insync.replicas 2). Its pinned release is fetched from Maven Central into the "
-                    "user's cache on first use (CRAWL_DEDUP_CACHE_DIR, else XDG_CACHE_HOME/crawl-dedup, "
-                    "else ~/.cache/crawl-dedup; CRAWL_DEDUP_MAVEN_REPOSITORY names a mirror); it needs "
-                    "Java 17 or later. fetch only fetches the release. start starts what is down and "
-                    "prints the bootstrap address(es); status exits 3 when a node is down.")
+                    "controller and broker; topics default to replication factor 3, or N when "
+                    "smaller, and min.insync.replicas one less). Its pinned release is fetched from "
+                    "Maven Central into the user's cache on first use (CRAWL_DEDUP_CACHE_DIR, else "
+                    "XDG_CACHE_HOME/crawl-dedup, else ~/.cache/crawl-dedup; "
+                    "CRAWL_DEDUP_MAVEN_REPOSITORY names a mirror); it needs Java 17 or later. fetch only "
+                    "fetches the release. start starts what is down and prints the bootstrap "
+                    "address(es); status exits 3 when a node is down.")
     kafka.add_argument("action", choices=["start", "stop", "status", "wipe", "fetch"])
     kafka.add_argument("--port", type=int, default=19092,
                        help="client port (controller: port+1); of a cluster, node k's client port is "

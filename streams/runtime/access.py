@@ -52,7 +52,7 @@ SUSPECT = AUTHENTICATION | UNKNOWN | frozenset({KafkaError._MSG_TIMED_OUT, Kafka
 CREDENTIALS_GRACE_S = 30.0  # authentication failing this long is no passing hiccup
 DIAGNOSIS_INTERVAL_S = 5.0  # suspect client errors come in bursts (one per partition): one look each
 # A topic created a moment ago may be missing from another broker's metadata for a while (seconds on
-# a loaded cluster: a worker's consumer saw its new shard topic as unknown): missing means missing
+# a loaded cluster: a worker's consumer can find its new shard topic unknown): missing means missing
 # at every look, CONFIRMATION_S apart.
 CONFIRMATIONS, CONFIRMATION_S = 3, 4.0
 RECOVERY = "README, Reliability, 'Hostile cluster events'"
