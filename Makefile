@@ -3,7 +3,8 @@
 # make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), and the
 #                 test suite (starts and stops its own broker; runs a real Prometheus)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
-# make reliability  the long crash, rebalance and hostile-input suite (not part of make test)
+# make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
+#                 and hostile-cluster suite (not part of make test)
 # make bench      benchmarks; results under bench/results/ (not part of make test)
 # make kafka-start / kafka-stop    the local broker for manual use (127.0.0.1:19092)
 
@@ -87,7 +88,9 @@ alerts: prometheus
 wheel-check: venv
 	$(PY) tools/wheel_check.py
 
-# The long reliability suite (issue 7): the slow-marked tests, not part of make test.
+# The long reliability suite (issues 7, 37): the slow-marked tests, not part of make test. The cluster
+# tests start a 3-node cluster of their own (STREAMS_TEST_CLUSTER_PORT, default 19892, and the five
+# ports above); the full-disk tests mount a tmpfs, and are skipped where that is not permitted.
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 

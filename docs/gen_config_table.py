@@ -73,8 +73,14 @@ SECTIONS = (
     *_stage_sections(),
 )
 
-# Placeholder for defaults computed at start-up (default_factory).
-COMPUTED_DEFAULTS = {("runtime", "worker_id"): "the host name", ("metrics", "port"): "the stage's own"}
+# Placeholder for defaults computed at start-up (default_factory, or None: chosen at start).
+COMPUTED_DEFAULTS = {
+    ("runtime", "worker_id"): "the host name",
+    ("metrics", "port"): "the stage's own",
+    ("topics", "replication_factor"): "the cluster's `default.replication.factor`, at least the input "
+                                      "topics'",
+    ("topics", "min_insync_replicas"): "the cluster's `min.insync.replicas`, at least the input topics'",
+}
 
 FLAGS = {  # command-line flags of the stage commands (they win over everything else)
     ("runtime", "app_id"): "--app-id",
@@ -121,6 +127,9 @@ MEANINGS = {
         "(`value_truncated`)",
     ("runtime", "max_record_bytes"):
         "larger input records are dead letters (`too_large`)",
+    ("runtime", "rocksdb_memtable_mb"):
+        "RocksDB memtable of each shard store, in MiB: writes gather in memory and reach the disk in "
+        "steps of this size (up to two per store in memory at once while one is flushed)",
     ("runtime", "rocksdb_block_cache_mb"):
         "RocksDB block cache of each shard store, in MiB; not content-seen's, whose PlainTable "
         "files the OS page cache holds",
@@ -130,8 +139,14 @@ MEANINGS = {
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):
-        "replication factor of the topics a stage creates (shared, dead-letter and internal ones); "
-        "use 3 on a production cluster",
+        "replication factor of the topics a stage creates (internal, output and dead-letter ones); a "
+        "worker refuses to start when the cluster cannot keep it (fewer live brokers to create a "
+        "topic, an existing internal topic with fewer replicas; see Reliability)",
+    ("topics", "min_insync_replicas"):
+        "`min.insync.replicas` of the topics a stage creates: replicas that must hold a write before it "
+        "is acknowledged (a committed batch survives the loss of all but one of them; writes wait "
+        "while fewer are in sync); a worker refuses to start when it exceeds the replication factor or "
+        "an existing internal topic's own setting is lower",
     ("topics", "input_partitions"):
         "partitions of the input and output topics a stage creates when missing (the dead-letter "
         "topic gets 1, internal topics `shards`); existing topics keep theirs",
@@ -300,8 +315,8 @@ def options() -> list[Option]:
             key = (section.name, spec.name)
             if key in COMPUTED_DEFAULTS:
                 default = COMPUTED_DEFAULTS[key]
-            elif spec.default is dataclasses.MISSING:
-                raise ValueError(f"{key}: a default_factory needs an entry in COMPUTED_DEFAULTS")
+            elif spec.default is dataclasses.MISSING or spec.default is None:
+                raise ValueError(f"{key}: a default_factory or None needs an entry in COMPUTED_DEFAULTS")
             else:
                 default = env_value(spec.default)
             meaning = MEANINGS.get(key, "")

@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streams import config, kafka_local, registry
+from streams import config, kafka_command, registry
 from streams.cluster import kafka_config
 from streams.errors import StreamsError
 from streams.ops import logs
@@ -38,30 +38,6 @@ if TYPE_CHECKING:
     from streams.stages.url_dedup.settings import UrlDedupSettings
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _kafka(args: argparse.Namespace) -> int:
-    broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1,
-                                     scram_port=args.scram_port)
-    if args.action == "fetch":
-        kafka_local.ensure_jars(broker)
-        print(broker.lib_dir)
-        return 0
-    external = config.bootstrap_servers()
-    if external and args.action in {"start", "stop"}:
-        print(f"KAFKA_BOOTSTRAP_SERVERS={external} is set: using that cluster, no local broker")
-        return 0
-    if args.action == "start":
-        print(kafka_local.start(broker))
-    elif args.action == "stop":
-        print("stopped" if kafka_local.stop(broker) else "not running")
-    elif args.action == "wipe":
-        kafka_local.wipe(broker)
-        print(f"wiped {broker.run_dir}")
-    else:
-        print(kafka_local.status(broker))
-        return 0 if kafka_local.running_pid(broker) else 3
-    return 0
 
 
 def _runtime_settings(args: argparse.Namespace) -> config.RuntimeSettings:
@@ -126,7 +102,7 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     if offline:
         with _offline_dir(args) as directory:
             store = shard_store(stage.needs(), directory / stage.name / "shard-0000", 1,
-                                settings.rocksdb_block_cache_mb)
+                                settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
             return _offline(stage, store, spec.outputs(topics)[0])
     io = StageTopics(inputs=spec.inputs(topics), outputs=spec.outputs(topics))
     run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
@@ -180,6 +156,7 @@ def _url_migrate(args: argparse.Namespace) -> int:
 
 
 def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
+    from streams.runtime.replication import for_command
     from streams.runtime.reshard import ReshardPlan, reshard
     from streams.runtime.runner import topic_size_config
     from streams.topics import Topics
@@ -189,10 +166,11 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
     stage = spec.build(topics, settings, _stage_settings(spec, args))
+    kafka = kafka_config(args.config)
     plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
-                       topic_size_config(settings.max_record_bytes), topic_settings.replication_factor,
+                       topic_size_config(settings.max_record_bytes), for_command(kafka, topic_settings),
                        args.wait_s, args.keep_old)
-    report = reshard(kafka_config(args.config), plan, stage.needs(),
+    report = reshard(kafka, plan, stage.needs(),
                      step=lambda name: print(f"reshard: {name}", flush=True))
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "
           f"generation {report.to_generation} ({report.to_shards} shards): {report.entries_read} entries "
@@ -295,22 +273,6 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
                              f"{DEFAULT_LOG_FORMAT}, or {LOG_FORMAT_ENV})")
 
 
-def _add_kafka_command(commands: Any) -> None:
-    kafka = commands.add_parser(
-        "kafka", help="the local KRaft broker (development, tests)",
-        description="A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for development, tests and "
-                    "the demo. Its pinned release is fetched from Maven Central into the user's cache on "
-                    "first use (CRAWL_DEDUP_CACHE_DIR, else XDG_CACHE_HOME/crawl-dedup, else "
-                    "~/.cache/crawl-dedup; CRAWL_DEDUP_MAVEN_REPOSITORY names a mirror); it needs Java 17 "
-                    "or later. fetch only fetches the release.")
-    kafka.add_argument("action", choices=["start", "stop", "status", "wipe", "fetch"])
-    kafka.add_argument("--port", type=int, default=19092, help="client port (controller: port+1)")
-    kafka.add_argument("--scram-port", type=int, default=None,
-                       help="also listen with SASL_PLAINTEXT/SCRAM-SHA-512 here (user crawl, password "
-                            "crawl-secret; set when the data directory is first formatted)")
-    kafka.set_defaults(handler=_kafka)
-
-
 def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentParser:
     parser = _Parser(prog=_prog(), description=DESCRIPTION,
                      epilog=f"Each command has its own --help. Start with: {_prog()} kafka start; "
@@ -318,7 +280,7 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
     parser.add_argument("--version", action=_Version, nargs=0, help="the version, build and tested pins")
     _add_global_options(parser, defaults=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_kafka_command(commands)
+    kafka_command.add_parser(commands)
 
     first = commands.add_parser(
         "first-seen", help="a minimal stateful processor (benchmarks)",

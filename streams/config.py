@@ -60,6 +60,7 @@ class RuntimeSettings:
     max_record_bytes: int = 16 * 1024 * 1024
     rocksdb_block_cache_mb: int = 64
     recovery_log_interval_s: float = 5.0
+    rocksdb_memtable_mb: int = 64
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,16 @@ class MetricsSettings:
 
 @dataclass(frozen=True)
 class TopicSettings:
-    """Topic names (see :mod:`streams.topics`, the one place that builds them)."""
+    """Topic names (see :mod:`streams.topics`, the one place that builds them), and the topics a stage
+    creates when they are missing.
+
+    ``replication_factor`` and ``min_insync_replicas`` (None: the cluster's defaults, never below the
+    input topics') are chosen and checked at start by :mod:`streams.runtime.replication`.
+    """
 
     prefix: str = "crawl."
-    replication_factor: int = 1
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
     input_partitions: int = 8
 
 

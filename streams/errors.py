@@ -14,7 +14,10 @@ dead letters (:class:`RecordRejected` carries the reason to the dead-letter writ
     ├── BrokerError            the local broker cannot be fetched, started or reached
     ├── BuildError             a compiled module was built from another version of its source
     ├── StateError             the local state store is unusable (ahead of its changelog, wrong format)
+    │   └── DiskFull             no space left where the local state is kept
     ├── RuntimeFailure         the Kafka runtime hit a fatal, non-retriable client error
+    │   ├── AccessDenied         the cluster refuses the worker's credentials or a permission it needs
+    │   └── TopicDeleted         a topic the worker reads or writes was deleted under it
     └── RecordRejected         one input record is invalid; becomes a dead letter, never crashes
 
 Each class says in ``advice`` what an operator does about it; the command line prints it after the
@@ -73,11 +76,27 @@ class StateError(StreamsError):
               "again: it rebuilds its shards from the changelog")
 
 
+class DiskFull(StateError):
+    """No space is left on the filesystem of the local state directory: the worker stops, since it
+    can keep no state; what it committed is in Kafka (the store applies a batch only after its
+    transaction commits), so once there is room a restart catches up from the changelog."""
+
+
 class RuntimeFailure(StreamsError):
     """A fatal Kafka client error (fenced producer, unrecoverable transaction state)."""
 
     advice = ("start the worker again (it resumes from its last commit; nothing is lost); if it was "
               "fenced, make sure no other worker runs with the same --worker-id")
+
+
+class AccessDenied(RuntimeFailure):
+    """The cluster refuses this worker's credentials (SASL), or an operation it needs (an ACL):
+    :mod:`streams.runtime.access` tells it from a fault."""
+
+
+class TopicDeleted(RuntimeFailure):
+    """A topic this worker reads or writes (an internal one: shard topic, changelog) was deleted
+    while it ran."""
 
 
 class RecordRejected(StreamsError):

@@ -41,7 +41,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench.harness import caught_up
 from streams import config, simweb
-from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, read_to_end
 from streams.topics import Topics
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -266,7 +266,7 @@ class Worker:
         frames = re.search(r"^Current thread .*\n\s*(File .*)$", log, flags=re.MULTILINE)
         if frames:
             found.append(frames.group(1).strip())
-        errors = re.findall(r"^(\w*(?:Error|Exception|Failure)\b.*)$", log, flags=re.MULTILINE)
+        errors = re.findall(r"^(\w*(?:Error|Exception|Failure)\b.*|error: .*)$", log, flags=re.MULTILINE)
         if errors:
             found.append(errors[-1].strip())
         return "; ".join(found) or "nothing in its log"
@@ -277,8 +277,10 @@ class Worker:
 
 # -- producing ------------------------------------------------------------------------------------------
 
-def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record]) -> None:
-    producer = Producer(kafka.producer(**{"linger.ms": 20}))
+def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record], timeout_s: float = 180.0) -> None:
+    """Deliver ``items`` once each, in order: idempotent, so a retry through a broker fault (a leader
+    killed or stalled under the cluster tests) never writes an input record twice."""
+    producer = Producer(kafka.producer(**{"linger.ms": 20, "enable.idempotence": True}))
     for key, value in items:
         while True:
             try:
@@ -286,7 +288,7 @@ def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record]) -> None:
                 break
             except BufferError:
                 producer.poll(0.05)
-    left = producer.flush(60)
+    left = producer.flush(timeout_s)
     if left:
         raise AssertionError(f"{left} records to {topic} were not delivered")
 
@@ -386,6 +388,7 @@ class Deployment:
     batch_max_messages: int = 200
     revisit_policy: str = "nutch"
     env: dict[str, str] = field(default_factory=dict)
+    worker_bootstrap: str | None = None  # the workers' listener, when not the test's (a SCRAM one)
     workers: list[Worker] = field(default_factory=list)
     interventions: list[Intervention] = field(default_factory=list)
 
@@ -407,7 +410,8 @@ class Deployment:
                    "--batch-max-messages", str(self.batch_max_messages)]
         if idle_exit_s is not None:
             command += ["--idle-exit-s", str(idle_exit_s)]
-        env = {**os.environ, **self.env, config.BOOTSTRAP_ENV: self.kafka.bootstrap_servers,
+        env = {**os.environ, **self.env,
+               config.BOOTSTRAP_ENV: self.worker_bootstrap or self.kafka.bootstrap_servers,
                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
         found = Worker(command, env, self.logs / f"{stage}.{worker_id}.log", f"{stage}/{worker_id}", stage)
         self.workers.append(found)
@@ -447,10 +451,9 @@ class Deployment:
     # input
 
     def create_inputs(self, partitions: int = 4) -> None:
-        from bench import harness as h
-
-        h.create_topics(self.kafka, [self.topics.frontier, self.topics.fetched_pages], partitions,
-                        exist_ok=True)
+        """The input topics, with the cluster's default replication (1 on the single-node broker)."""
+        ensure_topics(self.kafka, [TopicSpec(self.topics.frontier, partitions),
+                                   TopicSpec(self.topics.fetched_pages, partitions)])
 
     def produce_phase(self, index: int) -> None:
         Feeder(self.kafka, self.topics, self.work, steps_per_phase=1, pause_s=0).produce_phase(

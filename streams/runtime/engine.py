@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
+from streams.runtime.access import SUSPECT, ClusterWatch
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.clients import CONFLUENT, KafkaClients
 from streams.runtime.counters import Counters, oldest_timestamp_ms
@@ -50,7 +51,7 @@ from streams.runtime.positions import InputTracker
 from streams.runtime.recovery import recover
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Stage, StageContext, shard_store
-from streams.runtime.store import PartitionStore
+from streams.runtime.store import PartitionStore, close_all
 from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
@@ -87,13 +88,16 @@ class Engine:
                  changelog_topic: str, dead_letter_topic: str,
                  store_factory: StoreFactory | None = None,
                  output_limits: Mapping[str, int] | None = None, clients: KafkaClients = CONFLUENT,
-                 drain: bool = False, assignment_check: Callable[[], None] | None = None) -> None:
+                 drain: bool = False, assignment_check: Callable[[], None] | None = None,
+                 watch: ClusterWatch | None = None) -> None:
         """``output_limits``: the largest key plus value each topic takes (from
         :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default.
         ``clients``: where the Kafka clients come from (:mod:`streams.runtime.clients`).
         ``drain``: route input only up to each partition's cut (:mod:`streams.runtime.drain`).
         ``assignment_check``: called on every assignment before anything is read; it raises to stop
-        the worker (the state generation is no longer current, :mod:`streams.runtime.generations`)."""
+        the worker (the state generation is no longer current, :mod:`streams.runtime.generations`).
+        ``watch``: tells a failure that is the cluster's doing (credentials, ACLs, a deleted topic)
+        from a fault (:mod:`streams.runtime.access`)."""
         self.stage = stage
         self._clients = clients
         self.kafka = kafka
@@ -110,6 +114,8 @@ class Engine:
         self._input_reader = RecordReader(kafka, clients=clients) if needs.input_reader else None
         self._reporter = needs.end_of_part
         self._assignment_check = assignment_check
+        self._watch = watch
+        errors: dict[str, Any] = {} if watch is None else {"error_cb": watch.client_error}
         self._stopping = False
         self._assigned = False
         self.lifecycle = Lifecycle(stage.name, stage.state_topic, settings.recovery_log_interval_s)
@@ -126,13 +132,14 @@ class Engine:
             # instead of waiting for the killed member's session to expire.
             "group.instance.id": settings.worker_id,
             "session.timeout.ms": DRAIN_SESSION_TIMEOUT_MS if drain else 30_000,
+            **errors,
         }))
         self._cut = Cut(self._consumer, stage.state_topic, settings.transaction_timeout_s) if drain else None
         self._outputs = Outputs(self.counters, stage.name, dead_letter_topic,
                                 settings.dead_letter_max_value_bytes, output_limits)
-        self._producer = clients.producer(self.kafka.transactional_producer(
+        self._producer = clients.producer({**self.kafka.transactional_producer(
             f"{group}.{settings.worker_id}", settings.transaction_timeout_s,
-            max_message_bytes=self._outputs.largest_record_bytes))
+            max_message_bytes=self._outputs.largest_record_bytes), **errors})
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._inputs = None if self._reporter is None else InputTracker(
             self._consumer, stage.state_topic, settings.transaction_timeout_s, self._cut)
@@ -146,7 +153,8 @@ class Engine:
 
     def _rocks_store(self, partition: int) -> PartitionStore:
         path = stage_dir(self.settings, self.stage.name) / f"shard-{partition:04d}"
-        return shard_store(self._needs, path, self.settings.shards, self.settings.rocksdb_block_cache_mb)
+        return shard_store(self._needs, path, self.settings.shards, self.settings.rocksdb_block_cache_mb,
+                           self.settings.rocksdb_memtable_mb)
 
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
@@ -173,8 +181,11 @@ class Engine:
                 elif done == "idle" and self._idle(idle_exit_s):
                     break
         except BaseException as error:
-            self._close_after_failure(observer)
-            self.lifecycle.stopped(error)
+            cause = self._cause(error)
+            self._close_after_failure(observer, cause or error)
+            self.lifecycle.stopped(cause or error)
+            if cause is not None:
+                raise cause from error
             raise
         if observer is not None:
             observer.stopped(self)
@@ -189,8 +200,9 @@ class Engine:
         self._subscribe()
 
     def _init_transactions(self) -> None:
-        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
-            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
+        timeout_s = self.settings.transaction_timeout_s * 2
+        self._watchdog.transactional("init_transactions", timeout_s,
+                                     lambda: self._producer.init_transactions(timeout_s))
 
     def _subscribe(self) -> None:
         topics = [*self.stage.route_topics, self.stage.state_topic]
@@ -203,6 +215,8 @@ class Engine:
         """One turn of the loop: consume, and run the batch (``"batch"``); with nothing consumed,
         report input positions that moved (``"report"``), else ``"idle"``."""
         self.lifecycle.turned()
+        if self._watch is not None:
+            self._watch.check()
         batch = self._consume()
         if batch or (self._inflow is not None and self._inflow.holding):
             self._run_batch(batch)
@@ -212,15 +226,23 @@ class Engine:
             return "report"
         return "idle"
 
-    def _close_after_failure(self, observer: EngineObserver | None) -> None:
+    def _close_after_failure(self, observer: EngineObserver | None, error: BaseException) -> None:
         """Clean up after an error without letting a second error (a fenced producer's flush, a
-        closed store) replace the first one in the worker's last words."""
+        closed store) replace the first one in the worker's last words; the same error again (a
+        full disk fails the stores' closing flushes too) is not worth a word."""
         try:
             if observer is not None:
                 observer.stopped(self)
             self.close()
-        except Exception:  # noqa: BLE001 - the original error is re-raised by the caller
-            log.exception("clean-up after the failure above also failed")
+        except Exception as again:  # noqa: BLE001 - the original error is re-raised by the caller
+            if type(again) is type(error) and isinstance(error, StreamsError):
+                log.debug("clean-up after the failure: %s", again)
+            else:
+                log.exception("clean-up after the failure above also failed")
+
+    def _cause(self, error: BaseException) -> StreamsError | None:
+        """What a Kafka failure was, when it is the cluster's doing (:mod:`streams.runtime.access`)."""
+        return None if self._watch is None else self._watch.cause_of(error, self._producer)
 
     def _idle(self, idle_exit_s: float | None) -> bool:
         """Idle time counts from the last batch or the last assignment, never from start-up."""
@@ -237,9 +259,8 @@ class Engine:
                 self._producer.flush(10)
                 if self._input_reader is not None:
                     self._input_reader.close()
-            for store in self._stores.values():
-                store.close()
-            self._stores.clear()
+            stores, self._stores = list(self._stores.values()), {}
+            close_all(stores)
         finally:
             self._watchdog.close()
 
@@ -302,8 +323,7 @@ class Engine:
         self._producer.begin_transaction()
         try:
             self._produce(self._reporter(positions, {}))
-            with self._watchdog.guard("commit_transaction", self.settings.transaction_timeout_s):
-                self._producer.commit_transaction(self.settings.transaction_timeout_s)
+            self._commit_transaction()
         except KafkaException as error:
             self._abort([], error)
             return False
@@ -337,6 +357,8 @@ class Engine:
             elif error.fatal():
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
+                if self._watch is not None:
+                    self._watch.consumer_error(error)  # raises when the cluster caused it
                 log.warning("consumer: %s", error)
         return batch if self._cut is None else self._cut.within(batch)
 
@@ -457,15 +479,19 @@ class Engine:
                     produce_when_room(self._producer, self.settings.transaction_timeout_s,
                                       self.changelog_topic, value, key, partition, on_delivery)
         timeout_s = self.settings.transaction_timeout_s
-        offsets = self._offsets(batch)
-        with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
-            self._producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), timeout_s)
-        with self._watchdog.guard("commit_transaction", timeout_s):
-            self._producer.commit_transaction(timeout_s)
+        offsets, group = self._offsets(batch), self._consumer.consumer_group_metadata()
+        send = self._producer.send_offsets_to_transaction
+        self._watchdog.transactional("send_offsets_to_transaction", timeout_s,
+                                     lambda: send(offsets, group, timeout_s))
+        self._commit_transaction()
         self._producer.poll(0)  # serve any delivery report commit_transaction left queued
         self.lifecycle.committed([(tp.topic, tp.partition, tp.offset) for tp in offsets])
         return changelog_ends
+
+    def _commit_transaction(self) -> None:
+        timeout_s = self.settings.transaction_timeout_s
+        self._watchdog.transactional("commit_transaction", timeout_s,
+                                     lambda: self._producer.commit_transaction(timeout_s))
 
     @staticmethod
     def _offsets(batch: list[Message]) -> list[TopicPartition]:
@@ -487,9 +513,14 @@ class Engine:
         self._identities.aborted()
         if self._routing is not None:
             self._routing.aborted()
-        with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
-            self._producer.abort_transaction(self.settings.transaction_timeout_s)
+        timeout_s = self.settings.transaction_timeout_s
+        self._watchdog.transactional("abort_transaction", timeout_s,
+                                     lambda: self._producer.abort_transaction(timeout_s))
         self.counters.aborted_batches += 1
+        if self._watch is not None and kafka_error.code() in SUSPECT:
+            cause = self._watch.diagnose()  # aborted already: nothing of the batch committed
+            if cause is not None:
+                raise cause from error
         if self._inflow is not None:
             self._inflow.rewind(batch)  # the input records held for the next batch too
         else:

@@ -56,7 +56,8 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
     if stored is not None and stored >= high:
         raise StateError(
             f"local state of {where} is at offset {stored} but the changelog ends at {high}: "
-            "the changelog was recreated; delete the state directory to rebuild it"
+            "the changelog was deleted and recreated, and the state it held with it: rebuild the "
+            "stage's state from its input (README, Reliability, 'Hostile cluster events')"
         )
     start = max(low, 0 if stored is None else stored + 1)
     return None if start >= high else start

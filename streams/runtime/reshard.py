@@ -42,6 +42,7 @@ from streams.runtime.generations import Generation, read_generation, write_gener
 from streams.runtime.kafka_io import (
     COMPACTED,
     KafkaConfig,
+    Replication,
     TopicSpec,
     ensure_topics,
     partition_count,
@@ -66,7 +67,7 @@ class ReshardPlan:
     stage: str
     shards: int
     topic_config: Mapping[str, str] = field(default_factory=dict)  # e.g. max.message.bytes
-    replication_factor: int = 1
+    replication: Replication | None = None  # None: the cluster's defaults
     wait_s: float = 60.0  # for the group to empty
     keep_old: bool = False
 
@@ -105,7 +106,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | No
         tell("check drained")
         _check_drained(kafka, group, old.shards(plan.app_id, plan.stage))
     except ReshardRefused:
-        write_generation(kafka, _generations_topic(plan), current, plan.replication_factor)
+        write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
     report.seconds["stop checks"] = time.monotonic() - began
     tell("copy")
@@ -119,7 +120,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | No
             move, identity, plan.shards)
     except (ReshardRefused, StateError):
         _delete_topics(kafka, [new.shards(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage)])
-        write_generation(kafka, _generations_topic(plan), current, plan.replication_factor)
+        write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
     report.seconds["copy"] = time.monotonic() - copied
     tell("switch")
@@ -152,7 +153,7 @@ def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
         _delete_topics(kafka, [abandoned.shards(plan.app_id, plan.stage),
                                abandoned.changelog(plan.app_id, plan.stage)])
     write_generation(kafka, _generations_topic(plan),
-                     Generation(current.number, current.shards, target, plan.shards), plan.replication_factor)
+                     Generation(current.number, current.shards, target, plan.shards), plan.replication)
     return current, target
 
 
@@ -188,7 +189,7 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
         TopicSpec(new.shards(plan.app_id, plan.stage), plan.shards, plan.topic_config, fixed_partitions=True),
         TopicSpec(new.changelog(plan.app_id, plan.stage), plan.shards, {**COMPACTED, **plan.topic_config},
                   fixed_partitions=True),
-    ], plan.replication_factor)
+    ], plan.replication)
 
 
 def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move: StateMove,
@@ -257,7 +258,7 @@ class _Writer:
 
 
 def _switch(kafka: KafkaConfig, plan: ReshardPlan, generation: Generation) -> None:
-    write_generation(kafka, _generations_topic(plan), generation, plan.replication_factor)
+    write_generation(kafka, _generations_topic(plan), generation, plan.replication)
     log.info("%s of %s: generation %d with %d shards is current", plan.stage, plan.app_id,
              generation.number, generation.shards)
 

@@ -8,6 +8,9 @@ the ``SHARDS`` file kept beside the worker's local stores (a state directory res
 deployment). Local stores of an earlier generation (the ``GENERATION`` file) are a cache of state
 that moved: they are removed, and the worker rebuilds its shards from the current changelog.
 
+Replication: the topics a stage creates keep the copies :mod:`streams.runtime.replication` chooses
+(the settings, else the cluster's defaults, never below the input's), checked before anything is read.
+
 Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
 pass large records on (the page stage sends a page's body to ``unique-pages``, and to its shard
 topic when another worker owns the page's gather shard). So every topic a stage creates gets a
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from typing import Any
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch, StaleGeneration
+from streams.runtime.access import ClusterWatch
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
 from streams.runtime.engine import Engine, EngineObserver, stage_dir
 from streams.runtime.generations import read_generation, require_current
@@ -41,8 +46,9 @@ from streams.runtime.kafka_io import (
     ensure_topics,
     output_limits,
 )
+from streams.runtime.replication import for_stage as replication_for_stage
 from streams.runtime.stage import Stage
-from streams.runtime.store import private_dir
+from streams.runtime.store import disk_errors, private_dir
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -63,11 +69,16 @@ class StageTopics:
 def check_local_shards(directory: Path, shards: int, generation: int = 0) -> None:
     """Record the shard count and generation beside the stores on first start; refuse a different
     count later, and replace the stores of an earlier generation."""
-    private_dir(directory)
-    _check_local_generation(directory, generation)
+    with disk_errors(directory):
+        private_dir(directory)
+        _check_local_generation(directory, generation)
+        _check_local_shard_count(directory, shards)
+
+
+def _check_local_shard_count(directory: Path, shards: int) -> None:
     marker = directory / "SHARDS"
     if not marker.exists():
-        marker.write_text(f"{shards}\n")
+        _write_marker(marker, shards)
         return
     found = int(marker.read_text().strip())
     if found != shards:
@@ -95,7 +106,22 @@ def _check_local_generation(directory: Path, generation: int) -> None:
     if found < generation and stores:
         log.warning("local state in %s was of generation %d, resharded since: rebuilding generation %d "
                     "from its changelog", directory, found, generation)
-    marker.write_text(f"{generation}\n")
+    _write_marker(marker, generation)
+
+
+def _write_marker(marker: Path, number: int) -> None:
+    """Write ``number`` to ``marker`` unless it holds it already; replaced whole, so a full disk
+    leaves the old marker rather than an empty one."""
+    text = f"{number}\n"
+    if marker.exists() and marker.read_text() == text:
+        return
+    staging = marker.with_suffix(".new")
+    try:
+        staging.write_text(text)
+    except OSError:
+        staging.unlink(missing_ok=True)
+        raise
+    os.replace(staging, marker)
 
 
 def generation_check(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str,
@@ -155,14 +181,20 @@ def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: Runti
         TopicSpec(stage.state_topic, settings.shards, sized, fixed_partitions=True),
         TopicSpec(changelog, settings.shards, {**COMPACTED, **sized}, fixed_partitions=True),
     ]
-    ensure_topics(kafka, specs, topic_settings.replication_factor)
+    replication = replication_for_stage(
+        kafka, topic_settings, [*stage.route_topics],
+        [stage.state_topic, changelog, topics.generations_topic(settings.app_id, stage.name)],
+        [spec.name for spec in specs])
+    ensure_topics(kafka, specs, replication)
     limits = output_limits(kafka, [*io.outputs, topics.dead_letters, stage.state_topic, changelog])
     # What a stage stores for a shard record may be as large as the record, and what it stores
     # goes to the changelog: a shard record must fit both.
     limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
     group = topics.group(settings.app_id, stage.name)
+    watch = ClusterWatch(kafka, group, reads=[*stage.route_topics, stage.state_topic, changelog],
+                         writes=[*io.outputs, topics.dead_letters, stage.state_topic, changelog])
     engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits,
-                    drain=drain, assignment_check=check)
+                    drain=drain, assignment_check=check, watch=watch)
     engine.install_signal_handlers()
     try:  # the observer may refuse to start (a metrics port taken): close the engine's clients
         watching = observer(engine) if observer is not None else None

@@ -30,6 +30,7 @@ from streams.errors import StreamsError
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.counters import Counters
 from streams.runtime.moves import StateMove
+from streams.runtime.rocks_tables import MEMTABLE_MB
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.store import PartitionStore, RocksStore
 
@@ -100,9 +101,9 @@ class Needs:
       (else None) and the shard states the transaction wrote, and once more in a transaction of its
       own when they moved while no input came.
     - ``revoked``: it keeps something per shard that must go when the shard goes elsewhere.
-    - ``open_store(path, shards, block_cache_mb)``: its shards are not plain RocksDB stores (the URL
-      stage keeps a Bloom filter in front of its set, or a Bloom filter alone); every shard of it,
-      offline too, is opened through this.
+    - ``open_store(path, shards, block_cache_mb, memtable_mb)``: its shards are not plain RocksDB
+      stores (the URL stage keeps a Bloom filter in front of its set, or a Bloom filter alone);
+      every shard of it, offline too, is opened through this.
     - ``state_move(old_shards, shards)``: how its state moves from ``old_shards`` shards to
       ``shards`` (:mod:`streams.runtime.moves`); a stage without one cannot be resharded.
     """
@@ -115,7 +116,7 @@ class Needs:
     ready_for_input: Callable[[], bool] = field(default=lambda: True)
     end_of_part: Callable[[InputPositions | None, Mapping[int, BatchState]], list[Emit]] | None = None
     revoked: Callable[[Sequence[int]], None] | None = None
-    open_store: Callable[[Path, int, int], PartitionStore] | None = None
+    open_store: Callable[[Path, int, int, int], PartitionStore] | None = None
     state_move: Callable[[int, int], StateMove] | None = None
 
 
@@ -194,13 +195,15 @@ class Stage(Protocol):
         ...
 
 
-def shard_store(needs: Needs, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+def shard_store(needs: Needs, path: Path, shards: int, block_cache_mb: int,
+                memtable_mb: int = MEMTABLE_MB) -> PartitionStore:
     """A shard's store at ``path`` (one of ``shards``): the stage's own (``Needs.open_store``), or a
     RocksDB store, in PlainTable format for a stage that reads its state point by point
     (``Needs.point_read_prefix_bytes``), else in block-based tables with a block cache."""
     if needs.open_store is not None:
-        return needs.open_store(path, shards, block_cache_mb)
-    return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=needs.point_read_prefix_bytes)
+        return needs.open_store(path, shards, block_cache_mb, memtable_mb)
+    return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=needs.point_read_prefix_bytes,
+                      memtable_mb=memtable_mb)
 
 
 @dataclass(frozen=True)

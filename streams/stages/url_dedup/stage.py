@@ -170,7 +170,8 @@ class UrlDedupStage:
             "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
 
 
-def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int,
+                  memtable_mb: int) -> PartitionStore:
     """Shard ``path``'s seen-set (one of ``shards``) in the configured mode: the exact RocksDB set
     behind a Bloom filter, or a Bloom filter alone, each sized for its share of ``expected_urls``."""
     from streams.runtime.store import RocksStore
@@ -181,5 +182,5 @@ def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cac
         return BloomOnlyStore(path, per_shard, settings.bloom_false_positive_rate)
     if settings.seen_set != "exact":
         raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
-    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb)
+    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb, memtable_mb=memtable_mb)
     return BloomFrontStore(inner, path, per_shard, settings.bloom_false_positive_rate)
