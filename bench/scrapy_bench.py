@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import ConsumerGroupState
+from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from bench import harness as h
@@ -55,6 +55,10 @@ EXAMPLE = PROJECT_ROOT / "examples" / "scrapy"
 RESULTS = Path(__file__).parent / "results"
 APP = "app"
 RULES = canonical.CanonicalSettings()
+# what a coordinator answers while it loads or moves, right after a broker's start: asked again
+TRANSIENT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.GROUP_ID_NOT_FOUND,
+                       KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
 
 
 def start_stage(kafka: KafkaConfig, prefix: str, stage: str, state: Path) -> subprocess.Popen[bytes]:
@@ -76,7 +80,12 @@ def wait_until_running(kafka: KafkaConfig, topics: Topics,
 
     def stable() -> bool:
         found = admin.describe_consumer_groups(groups)
-        return all(found[group].result(timeout=10).state == ConsumerGroupState.STABLE for group in groups)
+        try:
+            return all(found[group].result(timeout=10).state == ConsumerGroupState.STABLE for group in groups)
+        except KafkaException as error:  # a broker just started: its coordinator is not there yet
+            if error.args[0].code() in TRANSIENT or error.args[0].retriable():
+                return False
+            raise
 
     h.wait_for(stable, timeout_s=90)
 
