@@ -97,7 +97,8 @@ def test_canonicalize_command_writes_one_line_per_input_line() -> None:
                       "error": "unsupported_scheme: scheme 'ftp' is not http or https"}
 
 
-def _offline(stage: UrlDedupStage, store: MemoryStore, records: list[dict[str, object]]) -> list[dict[str, object]]:
+def _offline(stage: UrlDedupStage, store: MemoryStore,
+             records: list[dict[str, object]]) -> list[dict[str, object]]:
     sink = _Sink()
     run_offline(stage, store, _lines(*records), stage.topics.new_urls, out=sink)  # type: ignore[arg-type]
     return [orjson.loads(line) for line in sink.data.splitlines()]

@@ -4,10 +4,11 @@ route (any frontier partition): decode and validate the record, resolve the URL 
 ``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
 ``aggressive``), fingerprint it (128-bit mmh3; a record of a named ``crawl``: of the name and the
 URL, so each named crawl has a seen-set of its own in the same state) and send it to the stage's
-shard topic keyed by the fingerprint. A bad record or URL becomes a dead letter with the reason. Two kinds of URL need no
-trip through the shard topic: a fingerprint this worker routed or decided before (a bounded set,
-:mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this worker owns is decided here,
-in the open transaction, exactly as the shard would (see ``_decide_at_routing``).
+shard topic keyed by the fingerprint. A bad record or URL becomes a dead letter with the reason.
+Two kinds of URL need no trip through the shard topic: a fingerprint this worker routed or decided
+before (a bounded set, :mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this
+worker owns is decided here, in the open transaction, exactly as the shard would (see
+``_decide_at_routing``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)

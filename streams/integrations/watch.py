@@ -1,0 +1,154 @@
+"""Where the URL stage and a crawl's consumer group stand, read with blocking Kafka calls: for a
+worker thread (Twisted's ``deferToThread``), never the reactor's.
+
+Both questions the Scrapy side asks of the crawl as a whole are answered by reading committed
+records, the way they travel (frontier, the URL stage's shard topic, new-urls):
+
+- :meth:`CrawlWatch.drained_round`: has the URL stage decided every frontier record written before
+  the round began (and every shard record those made), and is no new URL of this crawl left
+  undone by the crawl's group? A process closes its spider after two such rounds in a row: a record
+  written from a callback that finished during the first round is caught by the second.
+- :meth:`CrawlWatch.seen_starts`: which of the start requests a process wrote came back as new URLs;
+  the others the URL stage had seen (a crawl resumed).
+
+Caught up means no committed record is left between the group's committed offset and the end
+taken at the start: records are read, not offsets compared, since past a transactional
+partition's last record come commit markers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from streams.integrations.settings import CrawlSettings
+from streams.runtime.generations import current_topics
+
+URL_STAGE = "url-dedup"
+WAIT_POLL_S = 0.1
+
+
+class CrawlWatch:
+    """Blocking reads for one crawler process; one call at a time."""
+
+    def __init__(self, settings: CrawlSettings, wait_s: float = 30.0) -> None:
+        self.settings = settings
+        self.wait_s = wait_s
+        kafka, topics = settings.kafka, settings.topics
+        self._stage_group = topics.group(settings.app_id, URL_STAGE)
+        # committed() only: these never subscribe, so they never join (or disturb) their groups
+        self._groups = {group: Consumer(kafka.consumer(group))
+                        for group in (self._stage_group, settings.group)}
+        # the end of a partition is told once a fetch comes back empty: at once, not after 500 ms
+        self._reader = Consumer(kafka.consumer(f"{settings.group}.watch", **{
+            "enable.partition.eof": True, "fetch.wait.max.ms": 10}))
+
+    def close(self) -> None:
+        for consumer in (*self._groups.values(), self._reader):
+            consumer.close()
+
+    # -- the two questions ---------------------------------------------------------------------
+
+    def drained_round(self) -> bool:
+        if not self.stage_past_now():
+            return False
+        new_urls = self.settings.topics.new_urls
+        ends = self.ends(new_urls)
+        committed = self.committed(self.settings.group, new_urls, ends)
+        return not any(self._ours(message) for message in self.records(new_urls, committed, ends))
+
+    def seen_starts(self, before: dict[int, int], tokens: set[str]) -> set[str] | None:
+        """Of the start requests written with ``tokens`` once new-urls ended at ``before``, those
+        the URL stage did not emit as new; None when it did not read them within ``wait_s``."""
+        if not self.stage_past_now():
+            return None
+        new_urls = self.settings.topics.new_urls
+        found = set()
+        for message in self.records(new_urls, before, self.ends(new_urls)):
+            record = _record(message)
+            control = (record.get("scrapy") or {}).get("crawl_dedup") or {}
+            found.add(control.get("start"))
+        return tokens - found
+
+    def stage_past_now(self) -> bool:
+        """Whether the URL stage decides, within ``wait_s``, every frontier record written so far
+        and every shard record those made."""
+        topics = self.settings.topics
+        if not self.wait_caught_up(self._stage_group, topics.frontier, self.ends(topics.frontier)):
+            return False
+        stage = current_topics(self.settings.kafka, topics, self.settings.app_id, URL_STAGE)
+        shards = stage.shards(self.settings.app_id, URL_STAGE)
+        return self.wait_caught_up(self._stage_group, shards, self.ends(shards))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def ends(self, topic: str) -> dict[int, int]:
+        """Each partition's end (high watermark) now; {} for a topic not there (the cluster's
+        metadata as a whole: asking for one topic by name could create it)."""
+        found = self._reader.list_topics(timeout=30).topics.get(topic)
+        if found is None:
+            return {}
+        return {partition: self._reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+                for partition in found.partitions}
+
+    def committed(self, group: str, topic: str, ends: dict[int, int]) -> dict[int, int]:
+        asked = [TopicPartition(topic, partition) for partition in ends]
+        return {tp.partition: tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                for tp in self._groups[group].committed(asked, timeout=30)}
+
+    def caught_up(self, group: str, topic: str, ends: dict[int, int]) -> bool:
+        committed = self.committed(group, topic, ends)
+        return next(self.records(topic, committed, ends), None) is None
+
+    def wait_caught_up(self, group: str, topic: str, ends: dict[int, int]) -> bool:
+        deadline = time.monotonic() + self.wait_s
+        while not self.caught_up(group, topic, ends):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(WAIT_POLL_S)
+        return True
+
+    def records(self, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Iterator[Message]:
+        """The committed records of ``topic`` from ``starts`` up to (not including) ``ends``."""
+        wanted = {partition: end for partition, end in ends.items()
+                  if starts.get(partition, OFFSET_BEGINNING) < end}
+        if not wanted:
+            return
+        self._reader.assign([TopicPartition(topic, partition, starts.get(partition, OFFSET_BEGINNING))
+                             for partition in wanted])
+        deadline = time.monotonic() + self.wait_s
+        try:
+            while wanted and time.monotonic() < deadline:
+                for message in self._reader.consume(1000, timeout=0.2):
+                    partition = message.partition() or 0
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            wanted.pop(partition, None)
+                        continue
+                    if partition not in wanted:
+                        continue
+                    offset = message.offset() or 0
+                    if offset >= wanted[partition] - 1:
+                        wanted.pop(partition)
+                    if offset < ends[partition]:
+                        yield message
+            if wanted:
+                raise TimeoutError(f"{topic} could not be read up to its end in {self.wait_s:.0f} s")
+        finally:
+            self._reader.unassign()
+
+    def _ours(self, message: Message) -> bool:
+        return (_record(message).get("crawl") or "") == self.settings.crawl_id
+
+
+def _record(message: Message) -> dict[str, Any]:
+    try:
+        record = orjson.loads(message.value() or b"{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return record if isinstance(record, dict) else {}
