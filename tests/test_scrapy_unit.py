@@ -59,3 +59,35 @@ def test_after_a_restart_only_what_was_in_flight_is_fetched_again(finished: set[
     again.assigned(0, low, metadata)
     fetched = {offset for offset in range(low, 61) if again.take(0, offset)}
     assert fetched == set(range(61)) - finished
+
+
+def test_a_held_offset_is_done_once_its_own_work_and_every_hold_are() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    offsets.take(0, 0)
+    first, second = offsets.hold(0, 0), offsets.hold(0, 0)
+    assert first is not None and second is not None and first != second
+    offsets.finish(0, 0)  # its callback is done; two requests it made are fetched here still
+    offsets.unhold(0, 0, first)
+    offsets.unhold(0, 0, first)  # twice for one token changes nothing
+    assert _commit(offsets) == (0, "")
+    offsets.unhold(0, 0, second)
+    assert _commit(offsets) == (1, "")
+
+
+def test_holds_before_the_offsets_own_work_and_skips_and_releases() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    offsets.take(0, 0)
+    token = offsets.hold(0, 0)
+    assert token is not None
+    offsets.unhold(0, 0, token)  # the held request finished first: the offset waits for its own work
+    assert _commit(offsets) == (0, "")
+    offsets.finish(0, 0)
+    offsets.skip(0, 1)  # another crawl's record: done at once, nothing to fetch again after a crash
+    assert offsets.count_in_flight == 1 and _commit(offsets) == (2, "")
+    assert offsets.hold(0, 5) is None  # not in flight here
+    offsets.take(0, 2)
+    offsets.hold(0, 2)
+    offsets.release(0, set())  # the partition goes: in flight here counts done, its holds forgotten
+    assert _commit(offsets) == (3, "")

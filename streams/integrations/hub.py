@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Sized
+from collections.abc import Callable, Sized
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -297,10 +297,18 @@ class Hub:
     def finished(self, request: Request) -> None:
         """Done with ``request``: counted at the next poll, after what its callback yielded was
         scheduled (the scraper schedules a callback's requests in tasks of its own)."""
-        self.done_with(lineage(request))
-        revisit = request.meta.get(REVISIT_META)
-        if revisit is not None:
-            self._finishing.append((REVISIT_META, list(revisit)))
+        self.finishing(request)()
+
+    def finishing(self, request: Request) -> Callable[[], None]:
+        """What :meth:`finished` will do for ``request``, as its bookkeeping stands now."""
+        source, revisit = lineage(request), request.meta.get(REVISIT_META)
+
+        def finish() -> None:
+            self.done_with(source)
+            if revisit is not None:
+                self._finishing.append((REVISIT_META, list(revisit)))
+
+        return finish
 
     def _settle(self) -> None:
         for key, marker in self._finishing:

@@ -60,6 +60,7 @@ class Lifecycle:
         self._watch: CrawlWatch | None = None
         self._busy = False  # a round under way in the worker thread
         self._drained_rounds = 0
+        self._rounds_s: list[float] = []
         self._closing = False
         self._instance = uuid.uuid4().hex[:12]
         self._count = 0
@@ -123,8 +124,7 @@ class Lifecycle:
                 "crawl-dedup: %d of %d start URLs were seen before by the URL stage (%s): this run resumes "
                 "that crawl and fetches only URLs it has not seen (start requests with dont_filter=True are "
                 "fetched all the same). To crawl afresh, give every process of the crawl a new crawl id, "
-                "e.g. "
-                "-s CRAWL_DEDUP_CRAWL_ID=%s", len(seen), total, crawl, example)
+                "e.g. -s CRAWL_DEDUP_CRAWL_ID=%s", len(seen), total, crawl, example)
 
     # -- closing ------------------------------------------------------------------------------------
 
@@ -141,9 +141,10 @@ class Lifecycle:
         if now - self.last_busy_s < idle_close_s or not hub.revisits_read or self._busy or self._tokens:
             return
         mark = self.last_busy_s
-        self._run(lambda watch: watch.drained_round()).addCallback(self._round, mark)
+        self._run(lambda watch: watch.drained_round()).addCallback(self._round, mark, now)
 
-    def _round(self, drained: bool | None, mark: float) -> None:
+    def _round(self, drained: bool | None, mark: float, began_s: float) -> None:
+        self._rounds_s.append(time.monotonic() - began_s)
         if not drained or mark != self.last_busy_s:
             self._drained_rounds = 0
             return
@@ -155,8 +156,9 @@ class Lifecycle:
     def _close_spider(self) -> None:
         from scrapy.utils.defer import deferred_from_coro
 
-        log.info("crawl-dedup: closing: idle for %.1f s and the whole crawl found drained twice",
-                 time.monotonic() - self.last_busy_s)
+        log.info("crawl-dedup: closing: idle for %.1f s, and the whole crawl found drained twice "
+                 "(%d rounds, the last two %.2f s and %.2f s)", time.monotonic() - self.last_busy_s,
+                 len(self._rounds_s), *self._rounds_s[-2:])
         engine = self.hub.crawler.engine
         assert engine is not None
         closer = getattr(engine, "close_spider_async", None)  # Scrapy 2.14 and later

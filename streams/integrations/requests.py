@@ -69,7 +69,10 @@ def encode(request: Request, spider: Spider, classes: Collection[str] = SCRAPY_C
         if key == "_class" and value not in classes:
             raise Unserializable("class", f"{value} is not a request class allowed to travel "
                                  "(CRAWL_DEDUP_REQUEST_CLASSES)")
-        out[key] = _json(key, value)
+        if key == "body":
+            out["body_base64"] = base64.b64encode(value).decode("ascii")
+        else:
+            out[key] = _json(key, value)
     return out
 
 
@@ -84,7 +87,7 @@ def decode(data: dict[str, Any], spider: Spider, classes: Collection[str] = SCRA
         cls = load_object(name)
         if not (isinstance(cls, type) and issubclass(cls, Request)):
             raise ValueError(f"class {name!r} is not a scrapy Request")
-    kwargs = {key: value for key, value in data.items() if key in cls.attributes}
+    kwargs = {key: value for key, value in data.items() if key in cls.attributes and key != "body"}
     if "headers" in data:
         kwargs["headers"] = Headers({name.encode("latin-1"): [value.encode("latin-1") for value in values]
                                      for name, values in data["headers"].items()})
@@ -113,8 +116,6 @@ def _method(spider: Spider, which: str, name: Any) -> Callable[..., Any]:
 def _json(key: str, value: Any) -> Any:
     if key == "headers":
         return {_text(name): [_text(item) for item in items] for name, items in value.items()}
-    if key == "body":
-        return base64.b64encode(value).decode("ascii")
     if key in _CHECKED:
         _check(value, key)
     return value

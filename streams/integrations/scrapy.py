@@ -123,7 +123,8 @@ class Scheduler(ScrapyScheduler):
 
     def enqueue_request(self, request: Request) -> bool:
         hub = self._hub()
-        if hub.taking:  # a new URL from new-urls, on its way in
+        if hub.taking:  # a new URL from new-urls, on its way in: this process's dupefilter learns it
+            self.df.request_seen(request)
             hub.queue_taken(request)
             self.mqs.push(request)
             return True
@@ -193,7 +194,8 @@ class Scheduler(ScrapyScheduler):
 class FetchedPages:
     """Spider middleware (before HttpErrorMiddleware, so that error statuses are written too): every
     response to fetched-pages; a duplicate's callback never run when asked; its URL done once the
-    spider's output for it is scheduled."""
+XX
+    passes them.)"""
 
     def __init__(self, crawler: Any) -> None:
         self.crawler = crawler
@@ -202,7 +204,7 @@ class FetchedPages:
     def from_crawler(cls, crawler: Any) -> FetchedPages:
         return cls(crawler)
 
-    def process_spider_input(self, response: Response) -> None:
+    def process_spider_input(self, response: Response, spider: Spider | None = None) -> None:
         """The response to fetched-pages; the request's own errback back (its wrapper saw failed
         fetches: from here on, every path ends in process_spider_output or _exception)."""
         assert response.request is not None
@@ -210,11 +212,12 @@ class FetchedPages:
         hub.fetched(response.request, response)
         hub.unwrap(response.request)
 
-    async def process_spider_output(self, response: Response,
-                                    result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def process_spider_output(self, response: Response, result: AsyncIterator[Any],
+                                    spider: Spider | None = None) -> AsyncIterator[Any]:
         hub = hub_of(self.crawler)
         request = response.request
         assert request is not None
+        done = hub.finishing(request)  # taken now: a callback may yield its own request again
         try:
             if hub.settings.skip_duplicates and await self._duplicate(hub, request.url):
                 return
@@ -223,7 +226,7 @@ class FetchedPages:
                     hub.adopt(output, request)
                 yield output
         finally:
-            hub.finished(request)
+            done()
 
     async def _duplicate(self, hub: Hub, url: str) -> bool:
         """Whether the page stage calls the page a duplicate (a copy of its own earlier fetch, a
@@ -240,7 +243,8 @@ class FetchedPages:
             return True
         return False
 
-    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+    def process_spider_exception(self, response: Response, exception: Exception,
+                                 spider: Spider | None = None) -> None:
         if response.request is not None:
             hub_of(self.crawler).finished(response.request)
 
