@@ -3,8 +3,8 @@
 behaviour in what the site's access log and the items show.
 
 One module-scoped set of crawls, each one Scrapy process with CONCURRENT_REQUESTS=1: Scrapy's own
-scheduler; ours on the URL stage; ours again on the same crawl (resumed: its start URLs are seen);
-ours under a new crawl id on the same, running, URL stage (a new crawl).
+scheduler; ours on the URL stage; then at the same time on the same, running, URL stage: ours
+again on the same crawl (resumed: its start URLs are seen) and ours under a new crawl id.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,14 +118,17 @@ def crawls(kafka: KafkaConfig, tmp_path_factory: pytest.TempPathFactory) -> Iter
             return released_when(lambda: True, gate, settle_s=1.0)
 
         def once_queued(crawl: str) -> Any:  # every prioritized request taken: the gate may open
-            return lambda gate: released_when(lambda: new_urls.have(crawl, PRIORITY_ORDER), gate)
+            return lambda gate: released_when(lambda: new_urls.have(crawl, PRIORITY_ORDER), gate,
+                                              settle_s=1.0)
 
         settings, env = on_the_stages(kafka, prefix)
         out["scrapy"] = _crawl(after_a_second, work, "scrapy", {}, {})
         out["stages"] = _crawl(once_queued(""), work, "stages", settings, env)
-        out["resumed"] = _crawl(after_a_second, work, "resumed", settings, env)
-        out["new crawl"] = _crawl(once_queued("second"), work, "new-crawl",
-                                  {**settings, "CRAWL_DEDUP_CRAWL_ID": "second"}, env)
+        with ThreadPoolExecutor(2) as pool:  # both at once, on the same URL stage
+            resumed = pool.submit(_crawl, after_a_second, work, "resumed", settings, env)
+            fresh = pool.submit(_crawl, once_queued("second"), work, "new-crawl",
+                                {**settings, "CRAWL_DEDUP_CRAWL_ID": "second"}, env)
+            out["resumed"], out["new crawl"] = resumed.result(), fresh.result()
         out["frontier"] = Crawl([], [orjson.loads(message.value() or b"{}")
                                      for message in read_to_end(kafka, topics.frontier)], "")
         new_urls.close()

@@ -58,7 +58,9 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
     planted = {url for cluster in site.clusters for url in cluster}
     assert {url for url in every_page if url not in planted} <= set(parsed)
     assert all(read_items([path]) for path in items), "a process parsed nothing: the crawl was not shared"
-    counts = [stats((tmp_path / f"scrapy{n}.log").read_text()) for n in range(2)]
+    logs = [(tmp_path / f"scrapy{n}.log").read_text() for n in range(2)]
+    assert all("all 1 start URLs are new to the URL stage" in log for log in logs)  # both processes, one run
+    counts = [stats(log) for log in logs]
     for count in counts:  # Scrapy's scheduler stats, and the verdict waits, per process
         assert count["scheduler/dequeued"] == count["scheduler/dequeued/kafka"] \
             == count["downloader/request_count"] == count["downloader/response_status_count/200"]

@@ -33,6 +33,7 @@ from streams.integrations.refetches import REVISIT_META, Refetches
 from streams.integrations.requests import PRIVATE, decode, encode
 from streams.integrations.settings import CrawlSettings
 from streams.integrations.verdicts import Verdicts
+from streams.integrations.watch import Instance
 
 POLL_S = 0.01
 COMMIT_EVERY_S = 0.25
@@ -86,8 +87,9 @@ class Hub:
         self.pacing = Pacing(self.stats)
         membership = {} if self.settings.process_id is None else {
             "group.instance.id": self.settings.process_id, "session.timeout.ms": 30_000}
-        self.intake = Consumer(kafka.consumer(self.settings.group, **{"max.poll.interval.ms": 3_600_000,
-                                                                      **membership}))
+        self.instance = Instance.new()  # this process, as the others of its run see it
+        self.intake = Consumer(kafka.consumer(self.settings.group, **{
+            "max.poll.interval.ms": 3_600_000, "client.id": self.instance.client_id, **membership}))
         self.intake.subscribe([topics.new_urls], on_assign=self._assigned, on_revoke=self._revoked,
                               on_lost=self._revoked)
         self.verdicts = Verdicts(self.settings, self.stats) if self.settings.skip_duplicates else None

@@ -7,23 +7,26 @@ crawl drained (:meth:`~streams.integrations.watch.CrawlWatch.drained_round`), wi
 between them. The rounds run in a worker thread and are checked from the hub's loop, so the spider
 closes within a fraction of a second of the crawl's end, not at the engine's next 5 s heartbeat.
 
-Start requests: each is written with a token; once none came for :data:`START_QUIET_S`, a round
-reads which came back as new URLs (:meth:`~streams.integrations.watch.CrawlWatch.seen_starts`).
-The others the URL stage had seen before, so this run resumes an earlier crawl, which the log says
-with how to start afresh (a new ``CRAWL_DEDUP_CRAWL_ID``) and the stats count
-(``crawl_dedup/start_urls_seen`` of ``crawl_dedup/start_urls_checked``).
+Start requests: each is written with a token naming the process (its instance, also in its
+consumer's ``client.id`` with its start time); once none came for :data:`START_QUIET_S`, a round
+reads which start URLs came back as new URLs for a start request of a process of this run: this
+one, or one in the crawl's consumer group now (the processes of a run start together and all make
+the same start requests: the first one's is new, the others' are not, and none was seen before)
+(:meth:`~streams.integrations.watch.CrawlWatch.seen_starts`). The others the URL stage had seen
+before this run, so it resumes an earlier crawl, which the log says with how to start afresh (a
+new ``CRAWL_DEDUP_CRAWL_ID``) and the stats count (``crawl_dedup/start_urls_seen`` of
+``crawl_dedup/start_urls_checked``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from scrapy import Spider
 from scrapy.crawler import Crawler
 from twisted.internet import threads
@@ -31,7 +34,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from streams.integrations.settings import CrawlSettings
-from streams.integrations.watch import CrawlWatch
+from streams.integrations.watch import CrawlWatch, Instance
 
 START_QUIET_S = 1.0
 log = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 class Process(Protocol):
     """What the lifecycle needs of the process's hub (:class:`~streams.integrations.hub.Hub`)."""
 
+    instance: Instance
     settings: CrawlSettings
     crawler: Crawler
     spider: Spider
@@ -62,19 +66,14 @@ class Lifecycle:
         self._drained_rounds = 0
         self._rounds_s: list[float] = []
         self._closing = False
-        self._instance = uuid.uuid4().hex[:12]
         self._count = 0
         self._tokens: dict[str, str] = {}  # token -> URL of a start request being checked
-        self._before: dict[int, int] | None = None  # new-urls' ends before the first start request
         self._last_start_s = 0.0
 
     def start_token(self, url: str) -> str:
-        """A token for a start request about to be written (the first of a batch notes where
-        new-urls ends first: what the URL stage emits for the batch comes after)."""
-        if self._before is None:
-            self._before = self._new_url_ends()
+        """A token for a start request about to be written: ``<instance>:<count>``."""
         self._count += 1
-        token = f"{self._instance}:{self._count}"
+        token = f"{self.hub.instance.name}:{self._count}"
         self._tokens[token] = url
         self._last_start_s = time.monotonic()
         return token
@@ -90,30 +89,19 @@ class Lifecycle:
 
     # -- start requests -------------------------------------------------------------------------
 
-    def _new_url_ends(self) -> dict[int, int]:
-        intake, topic = self.hub.intake, self.hub.settings.topics.new_urls
-        found = intake.list_topics(timeout=30).topics.get(topic)
-        partitions = found.partitions if found is not None else {}
-        return {partition: intake.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
-                for partition in partitions}
-
     def _check_starts(self) -> None:
-        tokens, before = self._tokens, self._before or {}
-        self._tokens, self._before = {}, None
+        tokens, self._tokens = self._tokens, {}
         self.hub.producer.flush(30)  # every start record in the frontier before the stage is asked
-        self._run(lambda watch: watch.seen_starts(before, set(tokens))).addCallback(self._told, tokens)
-
-    def _told(self, unanswered: set[str] | None, tokens: dict[str, str]) -> None:
-        """A start URL was seen before when none of its requests came back new (a URL asked twice,
-        as dont_filter start requests may be, comes back once)."""
-        crawl = repr(self.hub.settings.crawl_id) if self.hub.settings.crawl_id else "the unnamed crawl"
+        instance = self.hub.instance
         urls = set(tokens.values())
-        if unanswered is None:
+        self._run(lambda watch: watch.seen_starts(urls, instance)).addCallback(self._told, len(urls))
+
+    def _told(self, seen: set[str] | None, total: int) -> None:
+        crawl = repr(self.hub.settings.crawl_id) if self.hub.settings.crawl_id else "the unnamed crawl"
+        if seen is None:
             log.warning("crawl-dedup: the URL stage did not decide this process's %d start URLs in time; "
-                        "whether they were seen before is not known", len(urls))
+                        "whether they were seen before is not known", total)
             return
-        seen = urls - {url for token, url in tokens.items() if token not in unanswered}
-        total = len(urls)
         self.hub.stats.inc_value("crawl_dedup/start_urls_checked", total)
         self.hub.stats.inc_value("crawl_dedup/start_urls_seen", len(seen))
         if not seen:

@@ -8,8 +8,9 @@ records, the way they travel (frontier, the URL stage's shard topic, new-urls):
   the round began (and every shard record those made), and is no new URL of this crawl left
   undone by the crawl's group? A process closes its spider after two such rounds in a row: a record
   written from a callback that finished during the first round is caught by the second.
-- :meth:`CrawlWatch.seen_starts`: which of the start requests a process wrote came back as new URLs;
-  the others the URL stage had seen (a crawl resumed).
+- :meth:`CrawlWatch.seen_starts`: which start URLs of a process came back as new URLs for a start
+  request of a process of this run (one in the crawl's consumer group now, this one included);
+  the others the URL stage had seen before the run (a crawl resumed).
 
 Caught up means no committed record is left between the group's committed offset and the end
 taken at the start: records are read, not offsets compared, since past a transactional
@@ -19,17 +20,45 @@ partition's last record come commit markers.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streams.integrations.settings import CrawlSettings
 from streams.runtime.generations import current_topics
 
 URL_STAGE = "url-dedup"
 WAIT_POLL_S = 0.1
+CLOCK_SKEW_MS = 5_000  # between the hosts of a crawl's processes and the brokers, at most
+CLIENT_ID = "crawl-dedup-scrapy"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A Scrapy process of a crawl: a random name and when it started, told to the other processes
+    of its run as its consumer's ``client.id``."""
+
+    name: str
+    started_ms: int
+
+    @classmethod
+    def new(cls) -> Instance:
+        return cls(uuid.uuid4().hex[:12], int(time.time() * 1000))
+
+    @property
+    def client_id(self) -> str:
+        return f"{CLIENT_ID}.{self.name}.{self.started_ms}"
+
+    @classmethod
+    def of(cls, client_id: str) -> Instance | None:
+        prefix, _, rest = client_id.partition(".")
+        name, _, started = rest.partition(".")
+        return cls(name, int(started)) if prefix == CLIENT_ID and name and started.isdigit() else None
 
 
 class CrawlWatch:
@@ -46,6 +75,7 @@ class CrawlWatch:
         # the end of a partition is told once a fetch comes back empty: at once, not after 500 ms
         self._reader = Consumer(kafka.consumer(f"{settings.group}.watch", **{
             "enable.partition.eof": True, "fetch.wait.max.ms": 10}))
+        self._admin = AdminClient(kafka.admin())
 
     def close(self) -> None:
         for consumer in (*self._groups.values(), self._reader):
@@ -61,18 +91,36 @@ class CrawlWatch:
         committed = self.committed(self.settings.group, new_urls, ends)
         return not any(self._ours(message) for message in self.records(new_urls, committed, ends))
 
-    def seen_starts(self, before: dict[int, int], tokens: set[str]) -> set[str] | None:
-        """Of the start requests written with ``tokens`` once new-urls ended at ``before``, those
-        the URL stage did not emit as new; None when it did not read them within ``wait_s``."""
+    def seen_starts(self, urls: set[str], own: Instance) -> set[str] | None:
+        """Of this process's start ``urls``, those the URL stage had seen before this run: none of
+        the run's processes' start requests for them came back new. None when the stage did not
+        decide them within ``wait_s``."""
         if not self.stage_past_now():
             return None
+        run = {own.name: own.started_ms, **self.members()}
         new_urls = self.settings.topics.new_urls
-        found = set()
-        for message in self.records(new_urls, before, self.ends(new_urls)):
+        ends = self.ends(new_urls)
+        starts = self.offsets_at(new_urls, min(run.values()) - CLOCK_SKEW_MS, ends)
+        came_back = set()
+        for message in self.records(new_urls, starts, ends):
             record = _record(message)
-            control = (record.get("scrapy") or {}).get("crawl_dedup") or {}
-            found.add(control.get("start"))
-        return tokens - found
+            token = str(((record.get("scrapy") or {}).get("crawl_dedup") or {}).get("start") or "")
+            if token.partition(":")[0] in run and (record.get("crawl") or "") == self.settings.crawl_id:
+                came_back.add(record.get("url"))
+        return urls - came_back
+
+    def members(self) -> dict[str, int]:
+        """The processes in the crawl's consumer group now: instance -> start (ms), by client.id."""
+        group = self.settings.group
+        described = self._admin.describe_consumer_groups([group])[group].result(timeout=30)
+        found = (Instance.of(member.client_id) for member in described.members)
+        return {instance.name: instance.started_ms for instance in found if instance is not None}
+
+    def offsets_at(self, topic: str, at_ms: int, ends: dict[int, int]) -> dict[int, int]:
+        """Each partition's first offset at or after ``at_ms`` (its end when none)."""
+        asked = [TopicPartition(topic, partition, at_ms) for partition in ends]
+        return {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition]
+                for tp in self._reader.offsets_for_times(asked, timeout=30)}
 
     def stage_past_now(self) -> bool:
         """Whether the URL stage decides, within ``wait_s``, every frontier record written so far
@@ -115,7 +163,7 @@ class CrawlWatch:
     def records(self, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Iterator[Message]:
         """The committed records of ``topic`` from ``starts`` up to (not including) ``ends``."""
         wanted = {partition: end for partition, end in ends.items()
-                  if starts.get(partition, OFFSET_BEGINNING) < end}
+                  if end > 0 and starts.get(partition, OFFSET_BEGINNING) < end}
         if not wanted:
             return
         self._reader.assign([TopicPartition(topic, partition, starts.get(partition, OFFSET_BEGINNING))
@@ -123,20 +171,22 @@ class CrawlWatch:
         deadline = time.monotonic() + self.wait_s
         try:
             while wanted and time.monotonic() < deadline:
-                for message in self._reader.consume(1000, timeout=0.2):
-                    partition = message.partition() or 0
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            wanted.pop(partition, None)
-                        continue
-                    if partition not in wanted:
-                        continue
-                    offset = message.offset() or 0
-                    if offset >= wanted[partition] - 1:
-                        wanted.pop(partition)
-                    if offset < ends[partition]:
-                        yield message
+                message = self._reader.poll(WAIT_POLL_S)  # as soon as one comes (consume waits its timeout)
+                if message is None:
+                    continue
+                partition = message.partition() or 0
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        wanted.pop(partition, None)
+                    continue
+                if partition not in wanted:
+                    continue
+                offset = message.offset() or 0
+                if offset >= wanted[partition] - 1:
+                    wanted.pop(partition)
+                if offset < ends[partition]:
+                    yield message
             if wanted:
                 raise TimeoutError(f"{topic} could not be read up to its end in {self.wait_s:.0f} s")
         finally:
