@@ -61,7 +61,7 @@ any], ``CRAWL_DEDUP_APP_ID`` (the stages' ``app_id``) [crawl-dedup],
 ``CRAWL_DEDUP_IDLE_CLOSE_S`` (close the spider once it had nothing to do this long and the whole
 crawl is drained: nothing undecided in the frontier or the URL stage, no new URL of the crawl left
 or in flight in any process; 0: run until stopped) [0], ``CRAWL_DEDUP_BUFFER`` (new URLs taken
-and not yet done, at most: what a crash fetches again) [8 x CONCURRENT_REQUESTS],
+and not yet done, at most: what a crash fetches again) [32 x CONCURRENT_REQUESTS],
 ``CRAWL_DEDUP_PROCESS_ID`` (a stable id per process: static group membership, so a restarted
 process takes its partitions back at once instead of after the dead one's session times out)
 [none], ``CRAWL_DEDUP_REQUEST_CLASSES`` (Request subclasses of the project allowed to travel, by

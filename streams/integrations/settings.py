@@ -13,7 +13,7 @@ from streams.integrations.requests import SCRAPY_CLASSES
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 
-BUFFER_PER_CONCURRENT_REQUEST = 16
+BUFFER_PER_CONCURRENT_REQUEST = 32
 CRAWL_ID_MAX_CHARS = 256  # schemas/frontier_url.schema.json, crawl
 
 
