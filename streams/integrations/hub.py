@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 from streams.integrations.lifecycle import Lifecycle
 from streams.integrations.offsets import Offsets
 from streams.integrations.pacing import Pacing
+from streams.integrations.pausing import Pausing
 from streams.integrations.refetches import REVISIT_META, Refetches
 from streams.integrations.requests import PRIVATE, decode, encode
 from streams.integrations.settings import CrawlSettings
@@ -90,13 +91,13 @@ class Hub:
         self.instance = Instance.new()  # this process, as the others of its run see it
         self.intake = Consumer(kafka.consumer(self.settings.group, **{
             "max.poll.interval.ms": 3_600_000, "client.id": self.instance.client_id, **membership}))
+        self.pausing = Pausing(self.intake)
         self.intake.subscribe([topics.new_urls], on_assign=self._assigned, on_revoke=self._revoked,
                               on_lost=self._revoked)
         self.verdicts = Verdicts(self.settings, self.stats) if self.settings.skip_duplicates else None
         self.refetches = Refetches(self.settings, crawler, self.failing, self._commit) \
             if self.settings.revisit else None
         self.lifecycle = Lifecycle(self)
-        self._paused = False
         self._closing = False
         self._finishing: list[tuple[str, list[Any]]] = []
         self._changed = False  # offsets to commit
@@ -109,6 +110,7 @@ class Hub:
         for tp in partitions:
             self.generation[tp.partition] = self.generation.get(tp.partition, 0) + 1
             self.queued[tp.partition] = set()
+        self.pausing.assignment_changed()
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """New URLs of these partitions still queued go back to the group (the queue skips them
@@ -122,6 +124,7 @@ class Hub:
         self._commit()
         for partition in gone:
             self.offsets.revoked(partition)
+        self.pausing.assignment_changed()
 
     # -- the reactor's loop -----------------------------------------------------------------------
 
@@ -136,7 +139,8 @@ class Hub:
     def _poll(self) -> None:
         """Take new URLs while there is room, read verdicts, commit what is done (a few times a second)."""
         now = time.monotonic()
-        self.pacing.turn(now, self.crawler, self._paused, len(self.queue), self.offsets.count_in_flight)
+        self.pacing.turn(now, self.crawler, self.pausing.paused, len(self.queue),
+                         self.offsets.count_in_flight)
         self._intake()
         if self.verdicts is not None:
             self.verdicts.turn(now)
@@ -149,9 +153,7 @@ class Hub:
 
     def _intake(self) -> None:
         room = self.settings.buffer - self.offsets.count_in_flight  # the queue's requests count there
-        if (room <= 0) != self._paused:
-            (self.intake.pause if room <= 0 else self.intake.resume)(self.intake.assignment())
-            self._paused = room <= 0
+        self.pausing.hold(room <= 0)
         put_back: dict[int, int] = {}  # partition -> first offset not taken (no room for it)
         for message in self.intake.consume(max(room, 1), timeout=0):
             if message.error() is not None:
