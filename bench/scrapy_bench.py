@@ -58,7 +58,7 @@ EXAMPLE = PROJECT_ROOT / "examples" / "scrapy"
 RESULTS = Path(__file__).parent / "results"
 APP = "app"
 RULES = canonical.CanonicalSettings()
-IDLE_CLOSE_S = 0.5  # a spider closes this soon after the crawl is drained (scrapy-redis's: once idle)
+IDLE_CLOSE_S = 0.2  # a spider closes this soon after the crawl is drained (scrapy-redis's: once idle)
 phases: dict[str, tuple[float, float]] = {}  # run -> (first, last fetch) in s from the crawlers' start
 STAT = re.compile(r"'((?:crawl_dedup|scheduler|dupefilter)/[a-z_0-9/]+)': ([0-9.]+)")
 # what a coordinator answers while it loads or moves, right after a broker's start: asked again

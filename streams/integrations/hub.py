@@ -106,6 +106,8 @@ class Hub:
         self._loop.start(POLL_S, now=False)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("crawl-dedup: reading new-urls partitions %s in group %s",
+                 sorted(tp.partition for tp in partitions), self.settings.group)
         self.offsets.assigned_at(consumer.committed(partitions, timeout=30))
         for tp in partitions:
             self.generation[tp.partition] = self.generation.get(tp.partition, 0) + 1
@@ -118,6 +120,7 @@ class Hub:
         and committed as done so the next owner skips them (a process killed before they finish
         loses them: the one window where a URL can be lost)."""
         gone = {tp.partition for tp in partitions}
+        log.info("crawl-dedup: new-urls partitions %s go to another process", sorted(gone))
         for partition in gone:
             self.offsets.release(partition, self.queued.pop(partition, set()))
             self.generation[partition] = self.generation.get(partition, 0) + 1

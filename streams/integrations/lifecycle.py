@@ -37,6 +37,7 @@ from streams.integrations.settings import CrawlSettings
 from streams.integrations.watch import CrawlWatch, Instance
 
 START_QUIET_S = 1.0
+ROUND_PAUSE_S = 0.25
 log = logging.getLogger(__name__)
 
 
@@ -65,6 +66,7 @@ class Lifecycle:
         self._busy = False  # a round under way in the worker thread
         self._drained_rounds = 0
         self._rounds_s: list[float] = []
+        self._next_round_s = 0.0
         self._closing = False
         self._count = 0
         self._tokens: dict[str, str] = {}  # token -> URL of a start request being checked
@@ -126,15 +128,20 @@ class Lifecycle:
             self.last_busy_s = now
             self._drained_rounds = 0
             return
-        if now - self.last_busy_s < idle_close_s or not hub.revisits_read or self._busy or self._tokens:
+        if now - self.last_busy_s < idle_close_s or not hub.revisits_read or self._busy or self._tokens \
+                or now < self._next_round_s:
             return
         mark = self.last_busy_s
         self._run(lambda watch: watch.drained_round()).addCallback(self._round, mark, now)
 
     def _round(self, drained: bool | None, mark: float, began_s: float) -> None:
-        self._rounds_s.append(time.monotonic() - began_s)
+        """A drained round is confirmed at once; after one that was not, the next waits: an idle
+        process whose crawl goes on elsewhere does not read the topics back to back."""
+        now = time.monotonic()
+        self._rounds_s.append(now - began_s)
         if not drained or mark != self.last_busy_s:
             self._drained_rounds = 0
+            self._next_round_s = now + max(ROUND_PAUSE_S, now - began_s)
             return
         self._drained_rounds += 1
         if self._drained_rounds >= 2 and not self._closing:
