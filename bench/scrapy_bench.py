@@ -264,7 +264,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def _pacing_table(rows: list[dict[str, Any]]) -> str:
     keys = ("url_round_trip_p50_s", "url_round_trip_p90_s", "verdict_wait_p50_s", "verdict_wait_p90_s",
-            "verdict_wait_s", "buffer_full_s", "downloader_waiting_s", "commit_s")
+            "verdict_read_p50_s", "buffer_full_s", "downloader_waiting_s", "commit_s")
     lines = ["| response delay | crawler | " + " | ".join(keys) + " |", "|---|---|" + "---:|" * len(keys)]
     for row in rows:
         stats = row.get("stats") or {}
@@ -313,7 +313,9 @@ def main() -> None:
                f"--delays-ms {args.delays_ms}")
     (RESULTS / "scrapy.md").write_text(f"# Scrapy beside scrapy-redis (`{command}`)\n\n{table}\n\n"
                                        + "\n".join(f"- {line}" for line in lines)
-                                       + f"\n\nWhere our time goes (per process, summed):\n\n{pacing}\n")
+                                       + "\n\nWhere our time goes (crawl_dedup/* stats of the run of median "
+                                       "wall time: seconds summed over both processes, percentiles their "
+                                       f"mean):\n\n{pacing}\n")
 
 
 if __name__ == "__main__":

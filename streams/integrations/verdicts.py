@@ -4,7 +4,8 @@ Every process reads ``page-verdicts`` from its end when it starts (assigned, no 
 the verdicts of its own pages, whichever partition they are in) and keeps only those of pages it
 fetched and waits on. A page waits on a Deferred the reader's turn fires, so a wait holds nothing
 but that page's callback; past ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` it fires with None and the page is
-parsed (``crawl_dedup/verdict_timeouts``).
+parsed (``crawl_dedup/verdict_timeouts``). ``crawl_dedup/verdict_read*`` measure how long after the
+page stage wrote a verdict this process read it: the part of a wait that is not the page stage's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import orjson
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from twisted.internet.defer import Deferred, succeed
 
+from streams.integrations.pacing import Measure
 from streams.integrations.settings import CrawlSettings
 
 Verdict = dict[str, Any]
@@ -26,6 +28,7 @@ class Verdicts:
     def __init__(self, settings: CrawlSettings, stats: Any) -> None:
         self._timeout_s = settings.verdict_timeout_s
         self._stats = stats
+        self.read_lag = Measure(stats, "verdict_read")
         self._kept: dict[str, Verdict] = {}  # come before their page asked
         self._awaiting: set[str] = set()  # pages fetched whose verdict is to come
         self._waiting: dict[str, Deferred[Verdict | None]] = {}
@@ -70,6 +73,8 @@ class Verdicts:
                 continue
             verdict = orjson.loads(message.value() or b"{}")
             url = verdict.get("url")
+            if url in self._awaiting:  # how long since the page stage wrote it (wall clocks)
+                self.read_lag.add(max(0.0, time.time() - message.timestamp()[1] / 1000))
             waiting = self._waiting.pop(url, None)
             if waiting is not None:
                 waiting.callback(verdict)
@@ -83,4 +88,5 @@ class Verdicts:
                 waiting.callback(None)
 
     def close(self) -> None:
+        self.read_lag.close()
         self.reader.close()
