@@ -171,8 +171,13 @@ class Hub:
     def _take(self, message: Message) -> int:
         """Hand the new URL to the engine; 1, or 0 for one not to fetch here."""
         partition, offset = message.partition() or 0, message.offset() or 0
-        record = orjson.loads(message.value() or b"{}")
-        wanted = record.get("scrapy") or {}
+        try:
+            record = orjson.loads(message.value() or b"{}")
+            wanted = record.get("scrapy") or {}
+        except (orjson.JSONDecodeError, AttributeError):  # not a record the URL stage writes
+            log.error("crawl-dedup: new-urls[%d] at %d is not a new_url record; skipped", partition, offset)
+            self.offsets.skip(partition, offset)
+            return 0
         if (record.get("crawl") or "") != self.settings.crawl_id or (wanted.get(PRIVATE) or {}).get("local"):
             self.offsets.skip(partition, offset)  # another crawl's, or fetched where it was found
             self._changed = True

@@ -46,7 +46,7 @@ flight when the last one stopped: at most ``CRAWL_DEDUP_BUFFER``.
 
 A crawl (:mod:`streams.integrations.lifecycle`): by default a run resumes the crawl its stages know
 (the unnamed one, or ``CRAWL_DEDUP_CRAWL_ID``'s): URLs seen before are not fetched again, and the
-log says how many start requests were seen before and how to start afresh: a new
+log says how many start URLs were seen before the run and how to start afresh: a new
 ``CRAWL_DEDUP_CRAWL_ID``, which the URL stage keeps a seen-set of its own for, while it serves
 other crawls. (scrapy-redis's ``SCHEDULER_PERSIST=True`` is the default here; its
 ``SCHEDULER_FLUSH_ON_START`` is a new crawl id.)
@@ -59,9 +59,10 @@ stages' unnamed crawl], ``CRAWL_DEDUP_GROUP`` [<prefix>scrapy.<spider name>, the
 any], ``CRAWL_DEDUP_APP_ID`` (the stages' ``app_id``) [crawl-dedup],
 ``CRAWL_DEDUP_SKIP_DUPLICATES`` [False], ``CRAWL_DEDUP_VERDICT_TIMEOUT_S`` [30],
 ``CRAWL_DEDUP_IDLE_CLOSE_S`` (close the spider once it had nothing to do this long and the whole
-crawl is drained: nothing undecided in the frontier or the URL stage, no new URL of the crawl left
-or in flight in any process; 0: run until stopped) [0], ``CRAWL_DEDUP_BUFFER`` (new URLs taken
-and not yet done, at most: what a crash fetches again) [32 x CONCURRENT_REQUESTS],
+crawl is drained twice in a row: every frontier record written before decided by the URL stage, no
+new URL of the crawl left or in flight in any process; 0: run until stopped) [0],
+``CRAWL_DEDUP_BUFFER`` (new URLs taken and not yet done, at most: what a crash fetches again)
+[32 x CONCURRENT_REQUESTS],
 ``CRAWL_DEDUP_PROCESS_ID`` (a stable id per process: static group membership, so a restarted
 process takes its partitions back at once instead of after the dead one's session times out)
 [none], ``CRAWL_DEDUP_REQUEST_CLASSES`` (Request subclasses of the project allowed to travel, by
@@ -194,8 +195,8 @@ class Scheduler(ScrapyScheduler):
 class FetchedPages:
     """Spider middleware (before HttpErrorMiddleware, so that error statuses are written too): every
     response to fetched-pages; a duplicate's callback never run when asked; its URL done once the
-XX
-    passes them.)"""
+    spider's output for it is scheduled. (The optional ``spider`` arguments: older Scrapy releases
+    pass them.)"""
 
     def __init__(self, crawler: Any) -> None:
         self.crawler = crawler
