@@ -214,6 +214,14 @@ def stats(log_text: str) -> dict[str, float]:
     return {key: float(value) for key, value in STAT.findall(dump)}
 
 
+def wait_for(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met in {timeout_s} s")
+        time.sleep(poll_s)
+
+
 @contextmanager
 def released_when(condition: Callable[[], bool], gate: threading.Event,
                   settle_s: float = 0.5) -> Iterator[None]:

@@ -9,7 +9,9 @@ again on the same crawl (resumed: its start URLs are seen) and ours under a new 
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from tests.scrapy_support import (
     start_stage,
     stats,
     stop,
+    wait_for,
     wait_until_running,
 )
 
@@ -102,12 +105,27 @@ def _crawl(site_gate: Any, work: Path, name: str, settings: dict[str, str], env:
         return Crawl(list(site.log), items(work / f"{name}.jsonl"), log)
 
 
+def _stopped(work: Path, settings: dict[str, str], env: dict[str, str]) -> Crawl:
+    """Stopped (SIGTERM, as Ctrl-C) while its pages wait for verdicts that do not come (no page
+    stage here): it closes at once; the exit time is in the log's last line."""
+    with BehaviourSite() as site:
+        process = run_spider("behaviours", site.proxy, work, "stopped", {**COMMON, **settings}, env)
+        wait_for(lambda: "http://seed.test/" in site.fetched(), timeout_s=60)
+        time.sleep(1.0)  # its callback waiting for the verdict
+        began = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        log = finish(process, work / "stopped.log", timeout_s=60)
+        exit_s = time.monotonic() - began
+        return Crawl(list(site.log), items(work / "stopped.jsonl"), f"{log}\nexit {exit_s:.1f}")
+
+
 @pytest.fixture(scope="module")
 def crawls(kafka: KafkaConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Crawl]]:
     prefix = f"t{uuid.uuid4().hex[:10]}."
     topics = Topics(prefix)
     work = tmp_path_factory.mktemp("behaviours")
-    ensure_topics(kafka, [TopicSpec(topics.fetched_pages, 2)])  # no page stage here: nobody else makes it
+    # no page stage here: nobody else makes its topics
+    ensure_topics(kafka, [TopicSpec(topics.fetched_pages, 2), TopicSpec(topics.page_verdicts, 2)])
     stage = start_stage(kafka, prefix, "url-dedup", work / "url-dedup")
     out: dict[str, Crawl] = {}
     try:
@@ -124,11 +142,16 @@ def crawls(kafka: KafkaConfig, tmp_path_factory: pytest.TempPathFactory) -> Iter
         settings, env = on_the_stages(kafka, prefix)
         out["scrapy"] = _crawl(after_a_second, work, "scrapy", {}, {})
         out["stages"] = _crawl(once_queued(""), work, "stages", settings, env)
-        with ThreadPoolExecutor(2) as pool:  # both at once, on the same URL stage
+        stopping = {**settings, "CRAWL_DEDUP_CRAWL_ID": "stopped"}
+        with ThreadPoolExecutor(3) as pool:  # at once, on the same URL stage
             resumed = pool.submit(_crawl, after_a_second, work, "resumed", settings, env)
             fresh = pool.submit(_crawl, once_queued("second"), work, "new-crawl",
                                 {**settings, "CRAWL_DEDUP_CRAWL_ID": "second"}, env)
+            stopped = pool.submit(_stopped, work, {**stopping, "CRAWL_DEDUP_SKIP_DUPLICATES": "True",
+                                                   "CRAWL_DEDUP_VERDICT_TIMEOUT_S": "120"}, env)
             out["resumed"], out["new crawl"] = resumed.result(), fresh.result()
+            out["stopped"] = stopped.result()
+        out["restarted"] = _crawl(after_a_second, work, "restarted", stopping, env)
         out["frontier"] = Crawl([], [orjson.loads(message.value() or b"{}")
                                      for message in read_to_end(kafka, topics.frontier)], "")
         new_urls.close()
@@ -230,3 +253,14 @@ def test_a_new_crawl_id_crawls_afresh_beside_the_earlier_crawl_on_the_same_stage
     assert fresh.fetched == first.fetched
     assert "all 2 start URLs are new to the URL stage ('second')" in fresh.log
     assert sorted(item["kind"] for item in fresh.items) == sorted(item["kind"] for item in first.items)
+
+
+def test_a_process_stopped_while_pages_wait_for_verdicts_closes_at_once_and_loses_none(
+        crawls: dict[str, Crawl]) -> None:
+    """Their new URLs stay uncommitted: the next run of the crawl fetches them again, and the crawl
+    is whole."""
+    stopped, restarted, first = crawls["stopped"], crawls["restarted"], crawls["stages"]
+    assert float(stopped.log.rpartition("exit ")[2]) < 10
+    assert "http://seed.test/" in stopped.fetched and not stopped.of("first")  # nothing parsed
+    assert restarted.fetched["http://seed.test/"] == 1  # its new URL taken again
+    assert restarted.fetched.keys() == first.fetched.keys()

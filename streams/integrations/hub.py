@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sized
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
@@ -27,6 +27,7 @@ from twisted.internet import task
 from twisted.python.failure import Failure
 
 from streams.integrations.lifecycle import Lifecycle
+from streams.integrations.lineage import HELD_META, LOCAL_META, PARENT_META, TAKEN_META, Held, Taken, lineage
 from streams.integrations.offsets import Offsets
 from streams.integrations.pacing import Pacing
 from streams.integrations.pausing import Pausing
@@ -39,33 +40,7 @@ from streams.integrations.watch import Instance
 POLL_S = 0.01
 COMMIT_EVERY_S = 0.25
 log = logging.getLogger(__name__)
-TAKEN_META = "crawl_dedup"  # Taken: a request for a new URL from new-urls
-HELD_META = "crawl_dedup_held"  # Held: fetched here only, holding the offset of the new URL it came from
-PARENT_META = "crawl_dedup_parent"  # (partition, offset) of the new URL whose callback made the request
-LOCAL_META = "crawl_dedup_local"  # queued here without the trip through the URL stage
 _WRAPPED = "crawl_dedup_wrapped"  # on an errback wrapper: the errback it wraps
-
-
-class Taken(NamedTuple):
-    """Which new URL a request stands for (its retries and redirects carry it on); never travels."""
-
-    partition: int
-    offset: int
-    url: str
-    generation: int  # the partition's assignment it was taken in
-
-
-class Held(NamedTuple):
-    partition: int
-    offset: int
-    token: int
-    url: str
-
-
-def lineage(request: Request) -> Taken | Held | None:
-    """The new URL a request's work belongs to, if it carries one (a retry or redirect of ours)."""
-    found: Taken | Held | None = request.meta.get(TAKEN_META) or request.meta.get(HELD_META)
-    return found
 
 
 class Hub:
@@ -94,7 +69,7 @@ class Hub:
         self.pausing = Pausing(self.intake)
         self.intake.subscribe([topics.new_urls], on_assign=self._assigned, on_revoke=self._revoked,
                               on_lost=self._revoked)
-        self.verdicts = Verdicts(self.settings, self.stats) if self.settings.skip_duplicates else None
+        self.verdicts = Verdicts.reading(self.settings, self.stats) if self.settings.skip_duplicates else None
         self.refetches = Refetches(self.settings, crawler, self.failing, self._commit) \
             if self.settings.revisit else None
         self.lifecycle = Lifecycle(self)
@@ -147,6 +122,8 @@ class Hub:
         self._intake()
         if self.verdicts is not None:
             self.verdicts.turn(now)
+            if self._spider_closing():
+                self.verdicts.abandon()
         if self.refetches is not None and self.refetches.turn():
             self._changed = True
         self._settle()
@@ -207,6 +184,13 @@ class Hub:
         if offset not in self.queued.get(partition, ()):  # dropped on its way (a request_scheduled handler)
             self.offsets.finish(partition, offset)
         return 1
+
+    def _spider_closing(self) -> bool:
+        """Whether the engine stops (a shutdown) or closes the spider (its slot: ``_slot`` since
+        Scrapy 2.13, ``slot`` before)."""
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        return engine is not None and (not engine.running or getattr(slot, "closing", None) is not None)
 
     @property
     def revisits_read(self) -> bool:

@@ -86,8 +86,12 @@ class Lifecycle:
         self._idle(now)
 
     def close(self) -> None:
-        if self._watch is not None and not self._busy:  # a round under way keeps its clients
-            self._watch.close()
+        """A round under way gives up at once (the reactor's thread pool waits for it at shutdown)
+        and keeps its clients."""
+        if self._watch is not None:
+            self._watch.stopping.set()
+            if not self._busy:
+                self._watch.close()
 
     # -- start requests -------------------------------------------------------------------------
 
@@ -101,6 +105,8 @@ class Lifecycle:
     def _told(self, seen: set[str] | None, total: int) -> None:
         crawl = repr(self.hub.settings.crawl_id) if self.hub.settings.crawl_id else "the unnamed crawl"
         if seen is None:
+            if self._watch is not None and self._watch.stopping.is_set():
+                return  # closing: the check gave up
             log.warning("crawl-dedup: the URL stage did not decide this process's %d start URLs in time; "
                         "whether they were seen before is not known", total)
             return

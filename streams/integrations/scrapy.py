@@ -42,7 +42,9 @@ is written and the requests its callback yielded are written to the frontier, or
 (a request fetched only here holds its source's offset until it is done), or once its fetch
 failed. A partition's committed offset is its lowest offset still in flight, and the offsets done
 past it travel in the commit's metadata, so a restarted process fetches again only what was in
-flight when the last one stopped: at most ``CRAWL_DEDUP_BUFFER``.
+flight when the last one stopped: at most ``CRAWL_DEDUP_BUFFER``. A spider closing while pages wait
+for their verdicts does not wait for them (:meth:`~streams.integrations.verdicts.Verdicts.abandon`):
+their offsets stay in flight, and the next run fetches them again.
 
 A crawl (:mod:`streams.integrations.lifecycle`): by default a run resumes the crawl its stages know
 (the unnamed one, or ``CRAWL_DEDUP_CRAWL_ID``'s): URLs seen before are not fetched again, and the
@@ -84,9 +86,11 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from streams.integrations.hub import LOCAL_META, PARENT_META, Hub, hub_of, lineage
+from streams.integrations.hub import Hub, hub_of
+from streams.integrations.lineage import LOCAL_META, PARENT_META, lineage
 from streams.integrations.refetches import REVISIT_META
 from streams.integrations.requests import Unserializable
+from streams.integrations.verdicts import ABANDONED, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -219,25 +223,34 @@ class FetchedPages:
         request = response.request
         assert request is not None
         done = hub.finishing(request)  # taken now: a callback may yield its own request again
+        verdict = None
         try:
-            if hub.settings.skip_duplicates and await self._duplicate(hub, request.url):
-                return
+            if hub.settings.skip_duplicates:
+                verdict = await self._verdict(hub, request.url)
+                if verdict is ABANDONED or self._duplicate(hub, verdict, request.url):
+                    return
             async for output in result:
                 if isinstance(output, Request):
                     hub.adopt(output, request)
                 yield output
         finally:
-            done()
+            if verdict is not ABANDONED:  # an abandoned page stays in flight: fetched again next run
+                done()
 
-    async def _duplicate(self, hub: Hub, url: str) -> bool:
-        """Whether the page stage calls the page a duplicate (a copy of its own earlier fetch, a
-        re-fetch after a crash or a revisit, is parsed again)."""
+    @staticmethod
+    async def _verdict(hub: Hub, url: str) -> Verdict | None:
         verdicts = hub.verdicts
         if verdicts is None or not verdicts.judged(url):
-            return False  # not a page the page stage judges (an error status let through)
+            return None  # not a page the page stage judges (an error status let through)
         began = time.monotonic()
         verdict = await maybe_deferred_to_future(verdicts.verdict(url))
         hub.pacing.verdict_wait.add(time.monotonic() - began)
+        return verdict
+
+    @staticmethod
+    def _duplicate(hub: Hub, verdict: Verdict | None, url: str) -> bool:
+        """Whether the page stage calls the page a duplicate (a copy of its own earlier fetch, a
+        re-fetch after a crash or a revisit, is parsed again)."""
         if verdict is not None and verdict.get("verdict") == "duplicate" \
                 and verdict.get("duplicate_of") != url:
             hub.stats.inc_value("crawl_dedup/duplicate_pages_skipped")

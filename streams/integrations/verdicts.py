@@ -11,7 +11,7 @@ page stage wrote a verdict this process read it: the part of a wait that is not 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
 import orjson
@@ -22,28 +22,39 @@ from streams.integrations.pacing import Measure
 from streams.integrations.settings import CrawlSettings
 
 Verdict = dict[str, Any]
+ABANDONED: Verdict = {"verdict": "abandoned"}  # the process is closing: the page is fetched again next run
 
 
 class Verdicts:
-    def __init__(self, settings: CrawlSettings, stats: Any) -> None:
-        self._timeout_s = settings.verdict_timeout_s
+    """Per URL, the pages fetched and not yet answered in order (a URL fetched twice at once, as
+    dont_filter allows, has two verdicts coming, one for each fetch, in the order of the fetches:
+    fetched-pages is keyed by URL)."""
+
+    def __init__(self, reader: Consumer, timeout_s: float, stats: Any) -> None:
+        self.reader = reader
+        self._timeout_s = timeout_s
         self._stats = stats
         self.read_lag = Measure(stats, "verdict_read")
-        self._kept: dict[str, Verdict] = {}  # come before their page asked
-        self._awaiting: set[str] = set()  # pages fetched whose verdict is to come
-        self._waiting: dict[str, Deferred[Verdict | None]] = {}
+        self._expected: Counter[str] = Counter()  # pages fetched whose verdict is to come
+        self._kept: dict[str, deque[Verdict]] = {}  # verdicts come before their page asked
+        self._waiting: dict[str, deque[Deferred[Verdict | None]]] = {}
         self._deadlines: deque[tuple[float, str, Deferred[Verdict | None]]] = deque()
+
+    @classmethod
+    def reading(cls, settings: CrawlSettings, stats: Any) -> Verdicts:
+        """Reading page-verdicts from their end, every partition (assigned: no group to join)."""
         topic = settings.topics.page_verdicts
-        self.reader = Consumer(settings.kafka.consumer(f"{settings.group}.verdicts"))
-        count = len(self.reader.list_topics(topic, timeout=30).topics[topic].partitions)
-        self.reader.assign([TopicPartition(topic, partition, OFFSET_END) for partition in range(count)])
+        reader = Consumer(settings.kafka.consumer(f"{settings.group}.verdicts"))
+        count = len(reader.list_topics(topic, timeout=30).topics[topic].partitions)
+        reader.assign([TopicPartition(topic, partition, OFFSET_END) for partition in range(count)])
+        return cls(reader, settings.verdict_timeout_s, stats)
 
     def expect(self, url: str) -> None:
         """A page the page stage will judge was fetched (written to fetched-pages)."""
-        self._awaiting.add(url)
+        self._expected[url] += 1
 
     def judged(self, url: str) -> bool:
-        return url in self._awaiting
+        return self._expected[url] > 0
 
     @property
     def waiting(self) -> bool:
@@ -51,20 +62,32 @@ class Verdicts:
 
     def verdict(self, url: str) -> Deferred[Verdict | None]:
         """The verdict on ``url`` when it comes (None: not a page the stage judges, or too late)."""
-        if url not in self._awaiting:
+        if not self.judged(url):
             return succeed(None)
-        if url in self._kept:
-            self._awaiting.discard(url)
-            return succeed(self._kept.pop(url))
+        kept = self._kept.get(url)
+        if kept:
+            self._answered(url)
+            verdict = kept.popleft()
+            if not kept:
+                del self._kept[url]
+            return succeed(verdict)
         waiting: Deferred[Verdict | None] = Deferred()
-        self._waiting[url] = waiting
+        self._waiting.setdefault(url, deque()).append(waiting)
         self._deadlines.append((time.monotonic() + self._timeout_s, url, waiting))
+        return waiting
 
-        def done(verdict: Verdict | None) -> Verdict | None:
-            self._awaiting.discard(url)
-            return verdict
+    def _answered(self, url: str) -> None:
+        self._expected[url] -= 1
+        if self._expected[url] <= 0:
+            del self._expected[url]
 
-        return waiting.addCallback(done)
+    def _fire(self, url: str, waiting: Deferred[Verdict | None], verdict: Verdict | None) -> None:
+        queue = self._waiting[url]
+        queue.remove(waiting)
+        if not queue:
+            del self._waiting[url]
+        self._answered(url)
+        waiting.callback(verdict)
 
     def turn(self, now: float) -> None:
         """Read what came; fire the waits it answers, and those past their deadline (in order)."""
@@ -73,19 +96,25 @@ class Verdicts:
                 continue
             verdict = orjson.loads(message.value() or b"{}")
             url = verdict.get("url")
-            if url in self._awaiting:  # how long since the page stage wrote it (wall clocks)
-                self.read_lag.add(max(0.0, time.time() - message.timestamp()[1] / 1000))
-            waiting = self._waiting.pop(url, None)
-            if waiting is not None:
-                waiting.callback(verdict)
-            elif url in self._awaiting:
-                self._kept[url] = verdict
+            if not isinstance(url, str) or not self.judged(url):
+                continue  # another process's page
+            self.read_lag.add(max(0.0, time.time() - message.timestamp()[1] / 1000))
+            if url in self._waiting:
+                self._fire(url, self._waiting[url][0], verdict)
+            else:
+                self._kept.setdefault(url, deque()).append(verdict)
         while self._deadlines and self._deadlines[0][0] <= now:
             _, url, waiting = self._deadlines.popleft()
-            if self._waiting.get(url) is waiting:
-                del self._waiting[url]
+            if waiting in self._waiting.get(url, ()):
                 self._stats.inc_value("crawl_dedup/verdict_timeouts")
-                waiting.callback(None)
+                self._fire(url, waiting, None)
+
+    def abandon(self) -> None:
+        """The spider closes: every wait ends now with :data:`ABANDONED`, so that closing does not
+        wait out the verdicts (the pages' offsets stay in flight: a restart fetches them again)."""
+        for url, queue in list(self._waiting.items()):
+            for waiting in list(queue):
+                self._fire(url, waiting, ABANDONED)
 
     def close(self) -> None:
         self.read_lag.close()

@@ -19,6 +19,7 @@ partition's last record come commit markers.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,7 @@ class CrawlWatch:
     def __init__(self, settings: CrawlSettings, wait_s: float = 30.0) -> None:
         self.settings = settings
         self.wait_s = wait_s
+        self.stopping = threading.Event()  # the process is closing: a round under way gives up
         kafka, topics = settings.kafka, settings.topics
         self._stage_group = topics.group(settings.app_id, URL_STAGE)
         # committed() only: these never subscribe, so they never join (or disturb) their groups
@@ -155,9 +157,8 @@ class CrawlWatch:
     def wait_caught_up(self, group: str, topic: str, ends: dict[int, int]) -> bool:
         deadline = time.monotonic() + self.wait_s
         while not self.caught_up(group, topic, ends):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self.stopping.wait(WAIT_POLL_S):
                 return False
-            time.sleep(WAIT_POLL_S)
         return True
 
     def records(self, topic: str, starts: dict[int, int], ends: dict[int, int]) -> Iterator[Message]:
@@ -170,7 +171,7 @@ class CrawlWatch:
                              for partition in wanted])
         deadline = time.monotonic() + self.wait_s
         try:
-            while wanted and time.monotonic() < deadline:
+            while wanted and time.monotonic() < deadline and not self.stopping.is_set():
                 message = self._reader.poll(WAIT_POLL_S)  # as soon as one comes (consume waits its timeout)
                 if message is None:
                     continue
