@@ -69,6 +69,7 @@ class CrawlWatch:
         self.settings = settings
         self.wait_s = wait_s
         self.stopping = threading.Event()  # the process is closing: a round under way gives up
+        self._past: dict[str, dict[int, int]] = {}  # topic -> ends the URL stage was found past
         kafka, topics = settings.kafka, settings.topics
         self._stage_group = topics.group(settings.app_id, URL_STAGE)
         # committed() only: these never subscribe, so they never join (or disturb) their groups
@@ -128,11 +129,21 @@ class CrawlWatch:
         """Whether the URL stage decides, within ``wait_s``, every frontier record written so far
         and every shard record those made."""
         topics = self.settings.topics
-        if not self.wait_caught_up(self._stage_group, topics.frontier, self.ends(topics.frontier)):
-            return False
         stage = current_topics(self.settings.kafka, topics, self.settings.app_id, URL_STAGE)
         shards = stage.shards(self.settings.app_id, URL_STAGE)
-        return self.wait_caught_up(self._stage_group, shards, self.ends(shards))
+        return self._stage_past(topics.frontier) and self._stage_past(shards)
+
+    def _stage_past(self, topic: str) -> bool:
+        """The stage decided every record of ``topic`` before its ends now; a topic whose ends have
+        not moved since the stage was last found past them is past at once (a quiet crawl's
+        confirming round costs no wait for the stage's next batch)."""
+        ends = self.ends(topic)
+        if ends and ends == self._past.get(topic):
+            return True
+        if not self.wait_caught_up(self._stage_group, topic, ends):
+            return False
+        self._past[topic] = ends
+        return True
 
     # -- reading ---------------------------------------------------------------------------------
 
