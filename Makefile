@@ -1,9 +1,10 @@
 # make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
 #                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
-# make test       lint, type check, the unit tests uncompiled, and the test suite (starts and stops
-#                 its own broker)
+# make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), and the
+#                 test suite (starts and stops its own broker; runs a real Prometheus)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
-# make reliability  the long crash, rebalance and hostile-input suite (not part of make test)
+# make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
+#                 and hostile-cluster suite (not part of make test)
 # make bench      benchmarks; results under bench/results/ (not part of make test)
 # make kafka-start / kafka-stop    the local broker for manual use (127.0.0.1:19092)
 
@@ -14,7 +15,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -67,8 +68,24 @@ unit-pure: venv
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
 	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
 
-test: venv jars lint unit-pure wheel-check
+test: venv jars lint unit-pure wheel-check alerts
 	$(PY) -m pytest -m "not slow" -q
+
+# Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
+# itself on 127.0.0.1 with the shipped configuration. Installed here when missing and running as
+# root (as bench-url installs redis-server); the package's own service is never used: where its
+# install started it, it is stopped again.
+prometheus:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  prometheus >/dev/null && { service prometheus stop >/dev/null 2>&1 || true; }; }
+
+# The alert rules and the scrape configuration (ops/prometheus): checked, and every rule unit-tested
+# on synthetic series (alerts.test.yml).
+alerts: prometheus
+	promtool check rules ops/prometheus/alerts.yml
+	promtool check config ops/prometheus/prometheus.yml
+	cd ops/prometheus && promtool test rules alerts.test.yml
 
 # The package as an operator installs it (tools/wheel_check.py): the wheel built from a clean clone,
 # installed into a new virtualenv and run from elsewhere, offline and against a broker it starts
@@ -76,7 +93,9 @@ test: venv jars lint unit-pure wheel-check
 wheel-check: venv
 	$(PY) tools/wheel_check.py
 
-# The long reliability suite (issue 7): the slow-marked tests, not part of make test.
+# The long reliability suite (issues 7, 37): the slow-marked tests, not part of make test. The cluster
+# tests start a 3-node cluster of their own (STREAMS_TEST_CLUSTER_PORT, default 19892, and the five
+# ports above); the full-disk tests mount a tmpfs, and are skipped where that is not permitted.
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
@@ -121,9 +140,12 @@ bench-scrapy: $(BENCH_STAMP) jars
 bench-reshard: venv jars
 	$(PY) -m bench.reshard_bench
 
-# The revisit policies, closed loop through `revisit --offline` on simulated pages.
-bench-revisit: venv
+# The revisit policies, closed loop through `revisit --offline`: on simulated pages, then on two years
+# of real change histories of five public repositories (markdown-it-py from PyPI renders them; skipped,
+# with a line saying so, when their mirrors are absent: bench/revisit_history.py).
+bench-revisit: $(BENCH_STAMP)
 	$(PY) -m bench.revisit_sim
+	$(PY) -m bench.revisit_real
 
 demo: venv jars
 	$(PY) -m streams demo

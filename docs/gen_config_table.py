@@ -73,8 +73,14 @@ SECTIONS = (
     *_stage_sections(),
 )
 
-# Placeholder for defaults computed at start-up (default_factory).
-COMPUTED_DEFAULTS = {("runtime", "worker_id"): "the host name"}
+# Placeholder for defaults computed at start-up (default_factory, or None: chosen at start).
+COMPUTED_DEFAULTS = {
+    ("runtime", "worker_id"): "the host name",
+    ("metrics", "port"): "the stage's own",
+    ("topics", "replication_factor"): "the cluster's `default.replication.factor`, at least the input "
+                                      "topics'",
+    ("topics", "min_insync_replicas"): "the cluster's `min.insync.replicas`, at least the input topics'",
+}
 
 FLAGS = {  # command-line flags of the stage commands (they win over everything else)
     ("runtime", "app_id"): "--app-id",
@@ -121,26 +127,43 @@ MEANINGS = {
         "(`value_truncated`)",
     ("runtime", "max_record_bytes"):
         "larger input records are dead letters (`too_large`)",
+    ("runtime", "rocksdb_memtable_mb"):
+        "RocksDB memtable of each shard store, in MiB: writes gather in memory and reach the disk in "
+        "steps of this size (up to two per store in memory at once while one is flushed)",
     ("runtime", "rocksdb_block_cache_mb"):
         "RocksDB block cache of each shard store, in MiB; not content-seen's, whose PlainTable "
         "files the OS page cache holds",
+    ("runtime", "recovery_log_interval_s"):
+        "seconds between two progress lines of a shard being rebuilt from its changelog (records "
+        "replayed of those to replay, percent, rate, time left)",
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):
-        "replication factor of the topics a stage creates (shared, dead-letter and internal ones); "
-        "use 3 on a production cluster",
+        "replication factor of the topics a stage creates (internal, output and dead-letter ones); a "
+        "worker refuses to start when the cluster cannot keep it (fewer live brokers to create a "
+        "topic, an existing internal topic with fewer replicas; see Reliability)",
+    ("topics", "min_insync_replicas"):
+        "`min.insync.replicas` of the topics a stage creates: replicas that must hold a write before it "
+        "is acknowledged (a committed batch survives the loss of all but one of them; writes wait "
+        "while fewer are in sync); a worker refuses to start when it exceeds the replication factor or "
+        "an existing internal topic's own setting is lower",
     ("topics", "input_partitions"):
         "partitions of the input and output topics a stage creates when missing (the dead-letter "
         "topic gets 1, internal topics `shards`); existing topics keep theirs",
     ("metrics", "enabled"):
-        "serve `/metrics` and measure consumer lag (`false`: neither)",
+        "serve `/metrics`, `/healthz` and `/readyz` and measure consumer lag (`false`: none of it)",
     ("metrics", "host"):
-        "address `/metrics` listens on; `0.0.0.0` in a container so Prometheus can reach it",
+        "address the endpoint listens on; `0.0.0.0` in a container so Prometheus and probes reach it",
     ("metrics", "port"):
-        "`/metrics` port; 0 is the stage's own (url-dedup 9410, content-seen 9411, revisit 9412, "
-        "first-seen 9413); a taken port falls back to a free one, logged",
+        "port of `/metrics`, `/healthz` and `/readyz`; unset: the stage's own (url-dedup 9410, "
+        "content-seen 9411, revisit 9412, first-seen 9413); `0`: any free port, logged; a taken "
+        "port is a start-up error naming it",
     ("metrics", "lag_interval_s"):
-        "seconds between two measurements of the consumer lag (`kafka_consumergroup_lag`)",
+        "seconds between two measurements of the consumer lag (`crawl_dedup_consumer_lag_records`)",
+    ("metrics", "stall_after_s"):
+        "`/healthz` answers 503 once the main loop showed no sign of life for this long (longer "
+        "than a batch part and its commit, or fencing at start; the watchdog acts 10 s past a "
+        "blocked call's timeout)",
     ("url_dedup", "profile"):
         "canonicalization profile: `safe` (meaning-preserving rewrites only) or `aggressive`",
     ("url_dedup", "max_url_bytes"):
@@ -192,7 +215,8 @@ MEANINGS = {
     ("content_seen", "near_min_length_ratio"):
         "near copy: the smaller page has at least this share of the larger's distinct word pairs",
     ("revisit", "policy"):
-        "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule) or `fixed`",
+        "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule), "
+        "`stormcrawler` (StormCrawler's AdaptiveScheduler) or `fixed`",
     ("revisit", "budget_fetches_per_page_per_day"):
         "`default` policy: fetches per page per day on average",
     ("revisit", "budget_fetches_per_day"):
@@ -202,7 +226,7 @@ MEANINGS = {
     ("revisit", "max_interval_s"):
         "longest interval, every policy (2592000: 30 days)",
     ("revisit", "initial_interval_s"):
-        "interval after a page's first fetch, before any estimate (`default` and `nutch`)",
+        "interval after a page's first fetch, before any estimate (`default`, `nutch`, `stormcrawler`)",
     ("revisit", "fixed_interval_s"):
         "the `fixed` policy's interval",
     ("revisit", "host_interval_bounds"):
@@ -212,7 +236,8 @@ MEANINGS = {
     ("revisit", "resolve_every"):
         "updates between two solutions of the budget's Lagrange multiplier (`default` policy)",
     ("revisit", "simhash_threshold"):
-        "main texts whose SimHashes are at most this many bits apart count as unchanged",
+        "-1: every change of the main text's words is a change; N >= 0: word changes whose SimHashes "
+        "are at most N bits apart count as unchanged",
     ("revisit", "history_fetches"):
         "fetch observations kept per URL for the change-rate estimators",
     ("revisit", "error_retry_interval_s"):
@@ -228,6 +253,12 @@ MEANINGS = {
     ("revisit", "nutch_sync_delta_rate"):
         "`nutch` policy: share of the time since Last-Modified the next fetch moves back "
         "(`db.fetch.schedule.adaptive.sync_delta_rate`)",
+    ("revisit", "stormcrawler_inc_rate"):
+        "`stormcrawler` policy: interval growth after an unchanged fetch "
+        "(`scheduler.adaptive.fetchInterval.rate.incr`)",
+    ("revisit", "stormcrawler_dec_rate"):
+        "`stormcrawler` policy: share of the way to the minimum interval after a change "
+        "(`scheduler.adaptive.fetchInterval.rate.decr`)",
     ("revisit", "profile"):
         "URL canonicalization profile of the state keys: set it to the URL stage's",
     ("revisit", "shingle_words"):
@@ -284,8 +315,8 @@ def options() -> list[Option]:
             key = (section.name, spec.name)
             if key in COMPUTED_DEFAULTS:
                 default = COMPUTED_DEFAULTS[key]
-            elif spec.default is dataclasses.MISSING:
-                raise ValueError(f"{key}: a default_factory needs an entry in COMPUTED_DEFAULTS")
+            elif spec.default is dataclasses.MISSING or spec.default is None:
+                raise ValueError(f"{key}: a default_factory or None needs an entry in COMPUTED_DEFAULTS")
             else:
                 default = env_value(spec.default)
             meaning = MEANINGS.get(key, "")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 import tempfile
@@ -17,9 +16,17 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streams import config, kafka_local, registry
+from streams import config, kafka_command, registry
 from streams.cluster import kafka_config
-from streams.errors import StreamsError
+from streams.ops import logs
+from streams.ops.logs import (
+    DEFAULT_LOG_FORMAT,
+    DEFAULT_LOG_LEVEL,
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
+    LOG_LEVEL_ENV,
+    LOG_LEVELS,
+)
 from streams.spec import StageSpec
 
 if TYPE_CHECKING:
@@ -29,30 +36,6 @@ if TYPE_CHECKING:
     from streams.runtime.topology import Topology
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _kafka(args: argparse.Namespace) -> int:
-    broker = kafka_local.LocalBroker(port=args.port, controller_port=args.port + 1,
-                                     scram_port=args.scram_port)
-    if args.action == "fetch":
-        kafka_local.ensure_jars(broker)
-        print(broker.lib_dir)
-        return 0
-    external = config.bootstrap_servers()
-    if external and args.action in {"start", "stop"}:
-        print(f"KAFKA_BOOTSTRAP_SERVERS={external} is set: using that cluster, no local broker")
-        return 0
-    if args.action == "start":
-        print(kafka_local.start(broker))
-    elif args.action == "stop":
-        print("stopped" if kafka_local.stop(broker) else "not running")
-    elif args.action == "wipe":
-        kafka_local.wipe(broker)
-        print(f"wiped {broker.run_dir}")
-    else:
-        print(kafka_local.status(broker))
-        return 0 if kafka_local.running_pid(broker) else 3
-    return 0
 
 
 def _runtime_settings(args: argparse.Namespace) -> config.RuntimeSettings:
@@ -73,6 +56,7 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     topic_settings = _topic_settings(args)
     topics = spec.topics(topic_settings.prefix, args)
     offline = getattr(args, "offline", False)
+    logs.bind(stage=spec.name, worker_id=settings.worker_id)
     if not offline:  # the stage's topics are those of its state's current generation
         from streams.runtime.generations import current_topics
 
@@ -82,7 +66,7 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     if offline:
         with _offline_dir(args) as directory:
             path = directory / spec.name / "shard-0000"
-            store = stage.store().open(path, 1, settings.rocksdb_block_cache_mb)
+            store = stage.store().open(path, 1, settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
             return _offline(topology, stage, store)
     run_stage(topology, stage, kafka_config(args.config), settings, topic_settings,
               idle_exit_s=args.idle_exit_s, observer=_metrics(args), generation=topics.generation(spec.name),
@@ -121,6 +105,7 @@ def _offline(topology: Topology, stage: Stage, store: PartitionStore) -> int:
 
 
 def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
+    from streams.runtime.replication import for_command
     from streams.runtime.reshard import ReshardPlan, reshard
     from streams.runtime.runner import topic_size_config
     from streams.topics import Topics
@@ -130,10 +115,11 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
     stage = spec.build(spec.load_settings(args), settings)
+    kafka = kafka_config(args.config)
     plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
-                       topic_size_config(settings.max_record_bytes), topic_settings.replication_factor,
+                       topic_size_config(settings.max_record_bytes), for_command(kafka, topic_settings),
                        args.wait_s, args.keep_old, tuple(each.name for each in spec.internal))
-    report = reshard(kafka_config(args.config), plan, stage.store(),
+    report = reshard(kafka, plan, stage.store(),
                      step=lambda name: print(f"reshard: {name}", flush=True))
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "
           f"generation {report.to_generation} ({report.to_shards} shards): {report.entries_read} entries "
@@ -170,8 +156,9 @@ def _add_worker_options(command: argparse.ArgumentParser, offline: bool = True) 
                          help="route each input partition only up to its end at assignment, decide "
                               "what was routed, then exit once idle: the stop before a reshard")
     command.add_argument("--metrics-port", type=int, default=None,
-                         help="Prometheus /metrics port (default: the stage's own, 9410-9413; "
-                              "host 127.0.0.1 unless STREAMS_METRICS_HOST is set)")
+                         help="port of /metrics, /healthz and /readyz (default: the stage's own, "
+                              "9410-9413; 0: any free port; a taken port is an error; host 127.0.0.1 "
+                              "unless STREAMS_METRICS_HOST is set)")
 
 
 def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
@@ -215,11 +202,6 @@ def _add_spec_commands(commands: Any, stages: Sequence[StageSpec], section: str)
                 command.set_defaults(handler=partial(extra.run, spec))
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-LOG_LEVEL_ENV = "STREAMS_LOG_LEVEL"
-DEFAULT_LOG_LEVEL = "warning"
-
-
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line and exit 2 (argparse prints the usage too)."""
 
@@ -228,8 +210,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
-    """``--config`` and ``--log-level``, accepted before and after the command: the subcommands take
-    them too, with no default of their own, so one given before the command is not overwritten."""
+    """``--config``, ``--log-level`` and ``--log-format``, accepted before and after the command: the
+    subcommands take them too, with no default of their own, so one given before the command is
+    not overwritten."""
     def default(value: object) -> object:
         return value if defaults else argparse.SUPPRESS
 
@@ -237,23 +220,12 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
                         help="TOML settings file (also STREAMS_CONFIG)")
     parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                         default=default(os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower()),
-                        help=f"what to log (default {DEFAULT_LOG_LEVEL}, or {LOG_LEVEL_ENV})")
-
-
-def _add_kafka_command(commands: Any) -> None:
-    kafka = commands.add_parser(
-        "kafka", help="the local KRaft broker (development, tests)",
-        description="A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for development, tests and "
-                    "the demo. Its pinned release is fetched from Maven Central into the user's cache on "
-                    "first use (CRAWL_DEDUP_CACHE_DIR, else XDG_CACHE_HOME/crawl-dedup, else "
-                    "~/.cache/crawl-dedup; CRAWL_DEDUP_MAVEN_REPOSITORY names a mirror); it needs Java 17 "
-                    "or later. fetch only fetches the release.")
-    kafka.add_argument("action", choices=["start", "stop", "status", "wipe", "fetch"])
-    kafka.add_argument("--port", type=int, default=19092, help="client port (controller: port+1)")
-    kafka.add_argument("--scram-port", type=int, default=None,
-                       help="also listen with SASL_PLAINTEXT/SCRAM-SHA-512 here (user crawl, password "
-                            "crawl-secret; set when the data directory is first formatted)")
-    kafka.set_defaults(handler=_kafka)
+                        help=f"what to log (default {DEFAULT_LOG_LEVEL}: a worker's lifecycle; or "
+                             f"{LOG_LEVEL_ENV})")
+    parser.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS,
+                        default=default(os.environ.get(LOG_FORMAT_ENV, DEFAULT_LOG_FORMAT).lower()),
+                        help=f"text, or json: one object per line for log shippers (default "
+                             f"{DEFAULT_LOG_FORMAT}, or {LOG_FORMAT_ENV})")
 
 
 def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentParser:
@@ -263,7 +235,7 @@ def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentPars
     parser.add_argument("--version", action=_Version, nargs=0, help="the version, build and tested pins")
     _add_global_options(parser, defaults=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_kafka_command(commands)
+    kafka_command.add_parser(commands)
     for spec in stages:  # the workers
         add_stage_command(commands, spec)
     _add_spec_commands(commands, stages, "state")  # what manages a stage's state
@@ -306,36 +278,18 @@ class _Version(argparse.Action):
 def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.ALL) -> int:
     """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
     its own with ``main(stages=[its_spec])``, as tests/kafka/test_registry_kafka.py does)."""
-    if os.environ.get(LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL).lower() not in LOG_LEVELS:
-        print(f"{_prog()}: error: {LOG_LEVEL_ENV}={os.environ[LOG_LEVEL_ENV]!r} is not one of "
-              f"{', '.join(LOG_LEVELS)}", file=sys.stderr)
+    try:
+        logs.env_choice(os.environ, LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL, LOG_LEVELS)
+        logs.env_choice(os.environ, LOG_FORMAT_ENV, DEFAULT_LOG_FORMAT, LOG_FORMATS)
+    except ValueError as error:
+        print(f"{_prog()}: error: {error}", file=sys.stderr)
         return 2
     args = _parser(stages).parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup(args.log_level, args.log_format)
     handler: Handler = args.handler
     try:
         return handler(args)
-    except StreamsError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as error:  # noqa: BLE001 - only Kafka's own errors are explained, others re-raised
-        explained = _kafka_failure(error)
-        if explained is None:
-            raise
-        print(f"error: {explained}", file=sys.stderr)
-        return 2
-
-
-def _kafka_failure(error: Exception) -> str | None:
-    """One line for a Kafka client error a command could not go on after (the cluster unreachable,
-    a topic missing, access refused): what the client said, and which cluster it asked."""
-    from confluent_kafka import KafkaException
-
-    if not isinstance(error, KafkaException):
-        return None
-    detail = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
-    cluster = config.bootstrap_servers() or "the local broker (crawl-dedup kafka start)"
-    return f"Kafka: {detail} (cluster: {cluster}; KAFKA_BOOTSTRAP_SERVERS names another)"
+    except Exception as error:  # noqa: BLE001 - a command's last words, with what to do (streams.ops.logs)
+        return logs.last_words(error, args.log_format)

@@ -59,30 +59,47 @@ class RuntimeSettings:
     dead_letter_max_value_bytes: int = 512 * 1024
     max_record_bytes: int = 16 * 1024 * 1024
     rocksdb_block_cache_mb: int = 64
+    recovery_log_interval_s: float = 5.0
+    rocksdb_memtable_mb: int = 64
 
 
 @dataclass(frozen=True)
 class MetricsSettings:
-    """The worker's Prometheus endpoint (``/metrics``) and how often it measures consumer lag.
+    """The worker's HTTP endpoint: ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for an
+    orchestrator (:mod:`streams.ops.health`), and how often it measures consumer lag.
 
-    ``port`` 0 means the stage's default port (url-dedup 9410, content-seen 9411, revisit 9412,
-    first-seen 9413); when that port is taken (two workers on one host) the worker serves on a free
-    port and logs which. ``host`` stays on loopback unless configured (a container sets 0.0.0.0 so
+    ``port`` unset means the stage's own port (url-dedup 9410, content-seen 9411, revisit 9412,
+    first-seen 9413); ``0`` means any free port, named in the worker's log. A port that is taken is
+    a start-up error naming it: a worker that moved to another port would be scraped by no static
+    scrape configuration. ``host`` stays on loopback unless configured (a container sets 0.0.0.0 so
     Prometheus can scrape it).
+
+    ``stall_after_s``: ``/healthz`` answers 503 once the worker's main loop has shown no sign of
+    life for this long. 90 s is longer than anything the loop may legitimately wait on: a batch part
+    (a third of ``transaction_timeout_s``) and its commit (``transaction_timeout_s``), or fencing at
+    start (twice that); and the worker's own watchdog restarts it 10 s past such a call's timeout,
+    so an orchestrator acts only where the watchdog could not.
     """
 
     enabled: bool = True
     host: str = "127.0.0.1"
-    port: int = 0
+    port: int | None = None
     lag_interval_s: float = 10.0
+    stall_after_s: float = 90.0
 
 
 @dataclass(frozen=True)
 class TopicSettings:
-    """Topic names (see :mod:`streams.topics`, the one place that builds them)."""
+    """Topic names (see :mod:`streams.topics`, the one place that builds them), and the topics a stage
+    creates when they are missing.
+
+    ``replication_factor`` and ``min_insync_replicas`` (None: the cluster's defaults, never below the
+    input topics') are chosen and checked at start by :mod:`streams.runtime.replication`.
+    """
 
     prefix: str = "crawl."
-    replication_factor: int = 1
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
     input_partitions: int = 8
 
 

@@ -15,6 +15,13 @@ When ``KAFKA_BOOTSTRAP_SERVERS`` is set nothing here is used: callers take that 
 The broker settings favour quick tests on a 2-core machine over durability: replication factor 1,
 few internal partitions, no initial rebalance delay, and short transaction clean-up intervals so a
 SIGKILLed worker's open transaction is aborted promptly once its successor fences it.
+
+A :class:`LocalBroker` is also one node of a local cluster (:mod:`streams.kafka_cluster`): its node
+id, the quorum's voters and the replication its topics default to are fields, and its folder is the
+cluster's. With a SCRAM listener the broker authorizes requests (KRaft's ``StandardAuthorizer``):
+the PLAINTEXT and controller listeners' ``ANONYMOUS`` principal is a super user and a resource
+without ACLs is open to all, so nothing changes until a test or an operator adds an ACL (how a
+revoked permission is tried, tests/kafka/test_hostile_cluster_kafka.py).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from streams import kafka_release
 from streams.errors import BrokerError
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_REAUTH_MS = 10_000
 
 # Brokers started by this process, kept so stop() can reap them (no zombie, no ResourceWarning).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -43,7 +51,7 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 @dataclass(frozen=True)
 class LocalBroker:
-    """Where one local broker lives: its ports and its folders under ``.kafka/``."""
+    """Where one local broker lives: its ports and its folder in the cache."""
 
     port: int = 19092
     controller_port: int = 19093
@@ -54,6 +62,14 @@ class LocalBroker:
     scram_port: int | None = None
     scram_user: str = "crawl"
     scram_password: str = "crawl-secret"
+    # One node of a local cluster (streams.kafka_cluster): its id, every controller of the quorum as
+    # (node id, controller port) (empty: this node alone), the replication factor topics default to
+    # (min.insync.replicas one less, at least 1), its folder under ``home``, the shared cluster id.
+    node_id: int = 1
+    voters: tuple[tuple[int, int], ...] = ()
+    replication: int = 1
+    folder: str | None = None
+    cluster_id: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -74,7 +90,15 @@ class LocalBroker:
 
     @property
     def run_dir(self) -> Path:
-        return self.home / f"broker-{self.port}"
+        return self.home / (self.folder or f"broker-{self.port}")
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return max(1, self.replication - 1)
+
+    @property
+    def clustered(self) -> bool:
+        return len(self.voters) > 1
 
     @property
     def data_dir(self) -> Path:
@@ -95,19 +119,23 @@ def ensure_jars(broker: LocalBroker) -> None:
 
 
 def _properties(broker: LocalBroker) -> str:
+    voters = broker.voters or ((broker.node_id, broker.controller_port),)
+    replication, min_isr = str(broker.replication), str(broker.min_insync_replicas)
     settings = _listeners(broker) | {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{broker.controller_port}",
+        "node.id": str(broker.node_id),
+        "controller.quorum.voters": ",".join(f"{node}@127.0.0.1:{port}" for node, port in voters),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(broker.data_dir),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": replication,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": replication,
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min_isr,
         "transaction.state.log.num.partitions": "8",
         "group.initial.rebalance.delay.ms": "0",
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": "5000",
@@ -115,7 +143,17 @@ def _properties(broker: LocalBroker) -> str:
         "log.cleaner.backoff.ms": "5000",
         "delete.topic.enable": "true",
     }
+    if broker.clustered:
+        settings |= CLUSTER_NODE_THREADS
     return "".join(f"{name}={value}\n" for name, value in settings.items())
+
+
+# Three nodes share two cores in a local cluster: fewer request and replication threads than Kafka's
+# defaults (3 network, 8 I/O threads), which are sized for a broker with a machine of its own.
+CLUSTER_NODE_THREADS = {"num.network.threads": "2", "num.io.threads": "2", "num.replica.fetchers": "1",
+                        "background.threads": "2", "log.cleaner.threads": "1"}
+# ...and fewer JVM threads: one garbage-collector thread of each kind, two JIT compiler threads.
+CLUSTER_NODE_JVM = ("-XX:ParallelGCThreads=1", "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2")
 
 
 def _listeners(broker: LocalBroker) -> dict[str, str]:
@@ -130,6 +168,12 @@ def _listeners(broker: LocalBroker) -> dict[str, str]:
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
             f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            # A credential changed or deleted must end the sessions it opened, not only refuse new
+            # ones: clients re-authenticate at least this often (KIP-368).
+            "listener.name.sasl_plaintext.connections.max.reauth.ms": str(SCRAM_REAUTH_MS),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found": "true",
         }
     return {
         "listeners": ",".join([*listeners, f"CONTROLLER://127.0.0.1:{broker.controller_port}"]),
@@ -156,8 +200,10 @@ def _log4j_config(broker: LocalBroker) -> Path:
 
 
 def _java(broker: LocalBroker, main_class: str, *args: str, heap_mb: int = 256) -> list[str]:
+    lean = CLUSTER_NODE_JVM if broker.clustered else ()
     return [
-        _java_executable(), f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        _java_executable(), f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC", *lean,
+        "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={_log4j_config(broker)}",
         "-cp", str(broker.lib_dir / "*"), main_class, *args,
     ]
@@ -171,9 +217,7 @@ def _java_executable() -> str:
 def _format_storage(broker: LocalBroker, config: Path) -> None:
     if (broker.data_dir / "meta.properties").exists():
         return
-    encoded = "-"
-    while encoded.startswith("-"):  # the format tool would read a leading "-" as an option
-        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    encoded = broker.cluster_id or new_cluster_id()
     command = _java(broker, "kafka.tools.StorageTool", "format", "-t", encoded, "-c", str(config))
     if broker.scram_port is not None:  # KRaft keeps SCRAM credentials in the metadata log
         command += ["--add-scram",
@@ -181,6 +225,14 @@ def _format_storage(broker: LocalBroker, config: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BrokerError(f"formatting the KRaft log directory failed:\n{result.stdout}{result.stderr}")
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a URL-safe base64 UUID, as ``kafka-storage random-uuid`` prints)."""
+    encoded = "-"
+    while encoded.startswith("-"):  # the format tool would read a leading "-" as an option
+        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return encoded
 
 
 def _port_open(port: int) -> bool:
@@ -207,11 +259,20 @@ def running_pid(broker: LocalBroker) -> int | None:
 
 def start(broker: LocalBroker, timeout_s: float = 90.0) -> str:
     """Start the broker unless it runs already; return its bootstrap address once it answers."""
+    launch(broker)
+    wait_ready(broker, timeout_s)
+    return broker.bootstrap
+
+
+def launch(broker: LocalBroker) -> bool:
+    """Start the broker's JVM unless it runs already, without waiting for it to answer (the nodes
+    of a cluster start together: none answers before a majority of its quorum is up). Whether it
+    was started."""
     if running_pid(broker) is not None:
-        _wait_ready(broker, timeout_s)
-        return broker.bootstrap
-    if _port_open(broker.port):
-        raise BrokerError(f"port {broker.port} is taken by another process; choose another --port")
+        return False
+    for port in (broker.port, broker.controller_port, broker.scram_port):
+        if port is not None and _port_open(port):
+            raise BrokerError(f"port {port} is taken by another process; choose another --port")
     _java_executable()  # before a download that would be of no use without it
     ensure_jars(broker)
     broker.run_dir.mkdir(parents=True, exist_ok=True)
@@ -226,12 +287,12 @@ def start(broker: LocalBroker, timeout_s: float = 90.0) -> str:
         )
     broker.pid_file.write_text(str(process.pid))
     _CHILDREN[process.pid] = process
-    _wait_ready(broker, timeout_s)
-    return broker.bootstrap
+    return True
 
 
-def _wait_ready(broker: LocalBroker, timeout_s: float) -> None:
-    """Wait until the broker serves metadata (a port that accepts is not enough in KRaft)."""
+def wait_ready(broker: LocalBroker, timeout_s: float, brokers: int = 1) -> None:
+    """Wait until the broker serves metadata naming ``brokers`` live brokers (a port that accepts
+    is not enough in KRaft)."""
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
@@ -241,12 +302,13 @@ def _wait_ready(broker: LocalBroker, timeout_s: float) -> None:
             raise BrokerError(f"the broker exited during start-up; see {broker.run_dir / 'stdout.log'}")
         try:
             metadata = admin.list_topics(timeout=2)
-            if metadata.brokers:
+            if len(metadata.brokers) >= brokers:
                 return
         except Exception:  # noqa: BLE001 - any client error means "not ready yet"
             pass
         time.sleep(0.3)
-    raise BrokerError(f"the broker did not answer within {timeout_s:.0f} s")
+    raise BrokerError(f"the broker at {broker.bootstrap} did not answer within {timeout_s:.0f} s; "
+                      f"see {broker.log_file}")
 
 
 def stop(broker: LocalBroker, timeout_s: float = 30.0) -> bool:
@@ -256,6 +318,7 @@ def stop(broker: LocalBroker, timeout_s: float = 30.0) -> bool:
         broker.pid_file.unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOP) broker takes its SIGTERM once it runs again
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and running_pid(broker) is not None:
         time.sleep(0.2)
@@ -280,3 +343,9 @@ def status(broker: LocalBroker) -> str:
     if pid is None:
         return f"stopped ({broker.bootstrap})"
     return f"running pid {pid} at {broker.bootstrap}"
+
+
+def node_status(broker: LocalBroker) -> dict[str, object]:
+    """What ``kafka status --json`` prints for one node."""
+    pid = running_pid(broker)
+    return {"node_id": broker.node_id, "pid": pid, "port": broker.port, "running": pid is not None}

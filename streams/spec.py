@@ -78,7 +78,8 @@ class StageSpec:
       ``topic_options`` and ``topic_names``: options naming its topics (listed first), and the topics
       they name, by declared name.
     - ``commands``: its extra commands (:class:`Command`); ``offline``: it has ``--offline``.
-    - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts.
+    - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts;
+      ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``).
     - ``pipeline``: one of the crawl's stages (the demo runs it, ``lag`` and ``reshard`` offer it);
       not the runtime's benchmark processor.
     """
@@ -92,6 +93,7 @@ class StageSpec:
     internal: tuple[InternalTopic, ...] = (InternalTopic("shards"),)
     keyed_input: bool = False
     decisions: tuple[str, ...] = ()
+    race_events: tuple[str, ...] = ()
     settings_class: str | None = None
     settings_section: str | None = None
     options: Options = no_options

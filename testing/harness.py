@@ -27,6 +27,10 @@ from streams import config, kafka_local
 from streams.errors import RuntimeFailure
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_from, read_to_end
 
+# The workers a benchmark starts serve metrics on any free port: several run at once, and a taken
+# port is a start-up error (a worker never moves to another port by itself).
+os.environ.setdefault("STREAMS_METRICS_PORT", "0")
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 

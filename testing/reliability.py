@@ -24,7 +24,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streams import config, registry
-from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, read_to_end
 from streams.topics import Topics
 from testing.harness import caught_up
 from testing.workers import Feeder, Worker, _signal_name, count
@@ -67,6 +67,7 @@ class Deployment:
     batch_max_messages: int = 200
     revisit_policy: str = "nutch"
     env: dict[str, str] = field(default_factory=dict)
+    worker_bootstrap: str | None = None  # the workers' listener, when not the test's (a SCRAM one)
     workers: list[Worker] = field(default_factory=list)
     interventions: list[Intervention] = field(default_factory=list)
 
@@ -88,7 +89,8 @@ class Deployment:
                    "--batch-max-messages", str(self.batch_max_messages)]
         if idle_exit_s is not None:
             command += ["--idle-exit-s", str(idle_exit_s)]
-        env = {**os.environ, **self.env, config.BOOTSTRAP_ENV: self.kafka.bootstrap_servers,
+        env = {**os.environ, **self.env,
+               config.BOOTSTRAP_ENV: self.worker_bootstrap or self.kafka.bootstrap_servers,
                "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
         found = Worker(command, env, self.logs / f"{stage}.{worker_id}.log", f"{stage}/{worker_id}", stage)
         self.workers.append(found)
@@ -128,10 +130,9 @@ class Deployment:
     # input
 
     def create_inputs(self, partitions: int = 4) -> None:
-        from testing import harness as h
-
-        h.create_topics(self.kafka, [self.topics.frontier, self.topics.fetched_pages], partitions,
-                        exist_ok=True)
+        """The input topics, with the cluster's default replication (1 on the single-node broker)."""
+        ensure_topics(self.kafka, [TopicSpec(self.topics.frontier, partitions),
+                                   TopicSpec(self.topics.fetched_pages, partitions)])
 
     def produce_phase(self, index: int) -> None:
         Feeder(self.kafka, self.topics, self.work, steps_per_phase=1, pause_s=0).produce_phase(
@@ -264,12 +265,13 @@ class Deployment:
 
 
 def _per_url_fields(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A revisit update without its interval: under the ``default`` policy the interval also depends
-    on the shard's budget state, built from every URL of the shard in the order the shard received
-    them, which the offline run (one shard) cannot share (nor two Kafka runs, whose routers interleave
-    input partitions differently); the change decision and the URL's own estimate do not."""
-    return [{k: v for k, v in update.items() if k not in ("next_fetch_at", "interval_s")}
-            for update in updates]
+    """A revisit update without its interval and estimate: under the ``default`` policy the interval
+    also depends on the shard's budget state, and the estimate on the prior of the URL's host in the
+    shard, both built from every URL of the shard in the order the shard received them, which the
+    offline run (one shard) cannot share (nor two Kafka runs, whose routers interleave input
+    partitions differently); the change decision does not."""
+    shard_wide = ("next_fetch_at", "interval_s", "change_rate_estimate")
+    return [{k: v for k, v in update.items() if k not in shard_wide} for update in updates]
 
 
 def identity(stage: str, record: dict[str, Any]) -> str:

@@ -125,11 +125,14 @@ def _without_dot_segments(path: str) -> str:
 class SiteServer:
     """Serves a :class:`Site` on 127.0.0.1 as an HTTP proxy; ``log`` holds every request's URL."""
 
-    def __init__(self, site: Site, delay_s: float = 0.0) -> None:
+    def __init__(self, site: Site, delay_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0) -> None:
         self.site = site
-        self.delay_s = delay_s  # per response: a crawl long enough to be killed half-way
+        self.delay_s = delay_s  # per response: a real site's latency, a crawl long enough to be killed
+        self.jitter_s = jitter_s  # each response's delay drawn uniformly within delay_s +- jitter_s
+        self._random = random.Random(seed)
         self.log: list[str] = []
         self.crawlers: list[str] = []  # the X-Crawler header of each request, beside ``log``
+        self.times: list[float] = []  # when each request came (time.monotonic), beside ``log``
         self._lock = threading.Lock()
         server = self
 
@@ -162,7 +165,9 @@ class SiteServer:
         with self._lock:
             self.log.append(f"http://{host}{path}")
             self.crawlers.append(handler.headers.get("X-Crawler", ""))
-        time.sleep(self.delay_s)
+            self.times.append(time.monotonic())
+            delay_s = self.delay_s + self._random.uniform(-self.jitter_s, self.jitter_s)
+        time.sleep(max(0.0, delay_s))
         html = self.site.pages.get((host, path))
         if self.site.version:
             html = self.site.rewritten.get((host, path), html)

@@ -93,9 +93,9 @@ class Worker:
         return re.split(r"^=== start \d+ at .*$", text, flags=re.MULTILINE)[1:]
 
     def assigned(self) -> bool:
-        """Whether the current run got its partitions (the engine logs ``assigned ...`` at INFO)."""
+        """Whether the current run got its partitions (its ``assignment:`` lifecycle line)."""
         runs = self.runs()
-        return bool(runs) and " assigned " in runs[-1]
+        return bool(runs) and " assignment: owns " in runs[-1]
 
     def diagnosis(self) -> str:
         """Why the last run ended, from its log: an assertion of librdkafka, a fatal signal with the
@@ -107,7 +107,7 @@ class Worker:
         frames = re.search(r"^Current thread .*\n\s*(File .*)$", log, flags=re.MULTILINE)
         if frames:
             found.append(frames.group(1).strip())
-        errors = re.findall(r"^(\w*(?:Error|Exception|Failure)\b.*)$", log, flags=re.MULTILINE)
+        errors = re.findall(r"^(\w*(?:Error|Exception|Failure)\b.*|error: .*)$", log, flags=re.MULTILINE)
         if errors:
             found.append(errors[-1].strip())
         return "; ".join(found) or "nothing in its log"
@@ -118,8 +118,10 @@ class Worker:
 
 # -- producing ------------------------------------------------------------------------------------------
 
-def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record]) -> None:
-    producer = Producer(kafka.producer(**{"linger.ms": 20}))
+def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record], timeout_s: float = 180.0) -> None:
+    """Deliver ``items`` once each, in order: idempotent, so a retry through a broker fault (a leader
+    killed or stalled under the cluster tests) never writes an input record twice."""
+    producer = Producer(kafka.producer(**{"linger.ms": 20, "enable.idempotence": True}))
     for key, value in items:
         while True:
             try:
@@ -127,7 +129,7 @@ def produce(kafka: KafkaConfig, topic: str, items: Sequence[Record]) -> None:
                 break
             except BufferError:
                 producer.poll(0.05)
-    left = producer.flush(60)
+    left = producer.flush(timeout_s)
     if left:
         raise AssertionError(f"{left} records to {topic} were not delivered")
 

@@ -17,6 +17,11 @@ import pytest
 from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 
+# Workers started by tests serve their metrics on any free port, never on the stages' own: several
+# workers of a test, and other test runs on the machine, would take each other's (a taken port is a
+# start-up error). Tests that need a known port set STREAMS_METRICS_PORT themselves.
+os.environ.setdefault("STREAMS_METRICS_PORT", "0")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

@@ -4,6 +4,7 @@ usage errors in one line with exit 2."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -16,9 +17,10 @@ from streams.version import TESTED_CONFLUENT_KAFKA, TESTED_LIBRDKAFKA, version_t
 from testing.cli import PROJECT_ROOT
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, env: dict[str, str] | None = None,
+         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "streams", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=60, check=False)
+                          env={**os.environ, **(env or {})}, input=stdin, timeout=60, check=False)
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -82,9 +84,25 @@ def test_the_log_level_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     (["tail", "--log-level", "loud"], {}, "invalid choice: 'loud'"),
     (["reshard"], {}, "the following arguments are required"),
     (["lag"], {cli.LOG_LEVEL_ENV: "verbose"}, "STREAMS_LOG_LEVEL='verbose' is not one of"),
+    (["lag"], {cli.LOG_FORMAT_ENV: "yaml"}, "STREAMS_LOG_FORMAT='yaml' is not one of text, json"),
+    (["lag", "--log-format", "xml"], {}, "invalid choice: 'xml'"),
 ])
 def test_a_usage_error_is_one_line_and_exit_2(argv: list[str], env: dict[str, str], says: str) -> None:
     result = _run(*argv, env=env)
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1 and says in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_fatal_error_says_what_to_do(log_format: str) -> None:
+    result = _run("url-dedup", "--offline", env={"STREAMS_RUNTIME_SHARDS": "many",
+                                                 cli.LOG_FORMAT_ENV: log_format}, stdin="")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    if log_format == "text":
+        assert result.stderr.startswith("error: setting STREAMS_RUNTIME_SHARDS: cannot read 'many' as int "
+                                        "(what to do: correct the setting"), result.stderr
+    else:
+        line = json.loads(result.stderr)
+        assert (line["level"], line["fields"]["error"], line["stage"]) == ("critical", "ConfigError", None)
+        assert line["message"].startswith("setting STREAMS_RUNTIME_SHARDS") and line["fields"]["what_to_do"]

@@ -95,7 +95,9 @@ def test_sections_are_the_ones_the_code_loads() -> None:
 def test_option_row(section: str, env: str, default: str, spec: dataclasses.Field[Any]) -> None:
     row = _row_of(env)
     assert f"`[{section}] {spec.name}`" in row
-    if spec.default is not dataclasses.MISSING:
+    if (section, spec.name) in gen.COMPUTED_DEFAULTS:
+        assert f" | {gen.COMPUTED_DEFAULTS[(section, spec.name)]} | " in row
+    elif spec.default is not dataclasses.MISSING:
         assert (f"`{default}`" if default else "(empty)") in row, f"{env}: default {default!r}"
     meaning = row.rstrip(" |").rsplit(" | ", 1)[1]
     assert len(meaning) > 10, f"{env}: no meaning"
@@ -129,8 +131,8 @@ def _literal(spec: dataclasses.Field[Any], cls: type) -> bool:
 def _round_trip_cases() -> list[Any]:
     cases = []
     for section, env, default, spec in expected_rows():
-        if spec.default is dataclasses.MISSING:
-            continue  # computed at start-up (worker_id: the host name)
+        if spec.default is dataclasses.MISSING or (section, spec.name) in gen.COMPUTED_DEFAULTS:
+            continue  # computed at start-up (worker_id: the host name; metrics port: the stage's)
         cases.append(pytest.param(section, env, default, spec, id=env))
     return cases
 

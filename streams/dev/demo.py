@@ -94,7 +94,10 @@ def free_port() -> int:
 
 def _workers(kafka: KafkaConfig, topics: Topics, state: str,
              ports: dict[str, int]) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers, "STREAMS_METRICS_LAG_INTERVAL_S": "1"}
+    # The workers' lifecycle lines would interleave with the demo's own report: warnings only,
+    # unless the caller asks for more.
+    env = {"STREAMS_LOG_LEVEL": "warning", **os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers,
+           "STREAMS_METRICS_LAG_INTERVAL_S": "1"}
     return [subprocess.Popen([sys.executable, "-m", "streams", stage, "--topic-prefix", topics.prefix,
                               "--app-id", "demo", "--worker-id", f"{stage}-0", "--state-dir", state,
                               "--shards", "4", "--metrics-port", str(ports[stage])], env=env,

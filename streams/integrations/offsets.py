@@ -5,7 +5,12 @@ requests out of order. So a partition's committed offset is its lowest offset st
 the offsets done past it go in the commit's metadata (a comma-separated list of distances from the
 committed offset): a process taking the partition over skips them, and fetches again only what was
 in flight, which :attr:`Offsets.count_in_flight` bounds (the scheduler takes no more while it is at
-its buffer). No Scrapy here: ``tests/integrations/test_scrapy_unit.py`` drives it alone.
+its buffer).
+
+A new URL's request may give rise to requests fetched in this process only (``dont_filter``, not
+GET, not serializable): each *holds* its source's offset (:meth:`Offsets.hold`), which is done only
+once its own work and every hold on it are, so a crash fetches the source again rather than losing
+them. No Scrapy here: ``tests/integrations/test_scrapy_unit.py`` drives it alone.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ class Offsets:
         self.in_flight: dict[int, set[int]] = {}
         self.done: dict[int, set[int]] = {}  # done past the lowest one in flight
         self.uncommitted = 0  # finished since the last commits(): fetched again after a crash
+        self.holds: dict[tuple[int, int], set[int]] = {}  # offset -> tokens of the requests holding it
+        self._finished_held: set[tuple[int, int]] = set()  # its own work done, holds left
+        self._tokens = 0
 
     def assigned(self, partition: int, committed: int, metadata: str | None) -> None:
         self.next[partition] = max(committed, 0)
@@ -37,6 +45,11 @@ class Offsets:
     def revoked(self, partition: int) -> None:
         for table in (self.next, self.in_flight, self.done):
             table.pop(partition, None)
+        self._forget_holds(partition)
+
+    def _forget_holds(self, partition: int) -> None:
+        self.holds = {key: tokens for key, tokens in self.holds.items() if key[0] != partition}
+        self._finished_held = {key for key in self._finished_held if key[0] != partition}
 
     def release(self, partition: int, dropped: set[int]) -> None:
         """The partition goes to another process: the offsets ``dropped`` here are for it to fetch;
@@ -44,6 +57,7 @@ class Offsets:
         in_flight = self.in_flight.get(partition, set())
         self.done.setdefault(partition, set()).update(in_flight - dropped)
         self.in_flight[partition] = in_flight & dropped
+        self._forget_holds(partition)
 
     def committed(self) -> None:
         """The last :meth:`commits` are committed: what finished before them is safe."""
@@ -57,11 +71,44 @@ class Offsets:
         self.in_flight.setdefault(partition, set()).add(offset)
         return True
 
-    def finish(self, partition: int, offset: int) -> None:
-        if partition in self.in_flight and offset in self.in_flight[partition]:
+    def skip(self, partition: int, offset: int) -> None:
+        """A record not to fetch here (another crawl's, one fetched where it was found): done at once,
+        and nothing a crash would fetch again."""
+        if self.take(partition, offset):
             self.in_flight[partition].discard(offset)
             self.done[partition].add(offset)
-            self.uncommitted += 1
+
+    def finish(self, partition: int, offset: int) -> None:
+        """The offset's own work is done; it is done once no request holds it any more."""
+        if offset not in self.in_flight.get(partition, ()):
+            return
+        if self.holds.get((partition, offset)):
+            self._finished_held.add((partition, offset))
+            return
+        self.in_flight[partition].discard(offset)
+        self.done[partition].add(offset)
+        self.uncommitted += 1
+
+    def hold(self, partition: int, offset: int) -> int | None:
+        """A request fetched here only, born of this offset's request: the offset stays in flight
+        until :meth:`unhold` with the token returned (None: the offset is not in flight here)."""
+        if offset not in self.in_flight.get(partition, ()):
+            return None
+        self._tokens += 1
+        self.holds.setdefault((partition, offset), set()).add(self._tokens)
+        return self._tokens
+
+    def unhold(self, partition: int, offset: int, token: int) -> None:
+        """The holding request is done (once per token: a second call changes nothing)."""
+        tokens = self.holds.get((partition, offset))
+        if tokens is None:
+            return
+        tokens.discard(token)
+        if not tokens:
+            del self.holds[(partition, offset)]
+            if (partition, offset) in self._finished_held:
+                self._finished_held.discard((partition, offset))
+                self.finish(partition, offset)
 
     @property
     def count_in_flight(self) -> int:

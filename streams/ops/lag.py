@@ -1,15 +1,16 @@
 """Consumer lag: how far each stage's consumer group is behind the end of the topics it reads.
 
-Lag is measured the way kafka_exporter measures it, so dashboards built for that exporter work
-unchanged: for each partition, the end offset minus the group's committed offset. The end offset
+Lag is measured the way kafka_exporter measures it: for each partition, the end offset minus the
+group's committed offset. The end offset
 is asked for at ``read_committed`` (the last stable offset, KIP-98): records of open transactions
 cannot be consumed yet and are not counted as lag. Transactional topics (the shard topics) keep one
 commit marker after the last record, so a fully caught-up group shows a lag of 1 on such a partition,
 exactly as kafka_exporter shows it. A partition the group never committed counts from the log start,
 which is where the stages begin (``auto.offset.reset=earliest``).
 
-Used twice: by every worker (a background thread measures the partitions assigned to it and serves
-``kafka_consumergroup_lag``) and by ``python -m streams lag`` (every stage group of an app).
+Used twice: by every worker (a background thread measures every partition its group reads and
+serves ``crawl_dedup_consumer_lag_records``, :mod:`streams.ops.metrics`) and by ``crawl-dedup lag``
+(every stage group of an app, with or without running workers; ``--max-lag`` for cron and CI).
 """
 
 from __future__ import annotations
@@ -96,14 +97,15 @@ class LagMonitor:
     """Measures a worker's lag every ``interval_s`` in a daemon thread and hands it to ``report``.
 
     A thread of its own, with its own admin client, so a slow or unreachable broker delays the
-    gauges, never the stage. ``assigned`` is read at each round (the engine rebinds a tuple, which
-    is safe to read from here).
+    gauges, never the stage. ``partitions`` is called at each round, in this thread: the workers
+    measure every partition of their group's topics, so the partitions of a worker that died stay
+    measured by the others.
     """
 
     def __init__(self, admin: AdminClient, reader: Consumer, group: str,
-                 assigned: Callable[[], Sequence[tuple[str, int]]],
+                 partitions: Callable[[], Sequence[tuple[str, int]]],
                  report: Callable[[list[PartitionLag]], None], interval_s: float) -> None:
-        self._admin, self._reader, self._group, self._assigned = admin, reader, group, assigned
+        self._admin, self._reader, self._group, self._partitions = admin, reader, group, partitions
         self._report, self._interval_s = report, interval_s
         self._stop = threading.Event()
         self.errors = 0
@@ -120,11 +122,12 @@ class LagMonitor:
 
     def measure_once(self) -> None:
         try:
-            self._report(group_lag(self._admin, self._reader, self._group, self._assigned()))
+            self._report(group_lag(self._admin, self._reader, self._group, self._partitions()))
         except Exception:  # noqa: BLE001 - the thread must outlive a broker outage; next round retries
             self.errors += 1
             log.debug("lag measurement failed", exc_info=True)
 
     def _run(self) -> None:
+        self.measure_once()  # at once: the series exist from the worker's first scrape on
         while not self._stop.wait(self._interval_s):
             self.measure_once()

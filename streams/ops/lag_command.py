@@ -1,7 +1,10 @@
-"""``python -m streams lag``: each stage's consumer lag, per topic and partition.
+"""``crawl-dedup lag``: each stage's consumer lag, per topic and partition.
 
-The same measurement the workers export as ``kafka_consumergroup_lag`` (see :mod:`streams.ops.lag`),
-taken once for every stage group of an application, whether or not a worker is running.
+The same measurement the workers export as ``crawl_dedup_consumer_lag_records`` (see
+:mod:`streams.ops.lag`), taken once for every stage group of an application, whether or not a worker
+is running: the lag of a stage whose workers all died is still measurable. ``--max-lag N`` makes it
+a check for cron and CI: exit 1 when a stage's group is more than N records behind, summed over its
+topics and partitions (a caught-up group still shows one transaction marker per shard partition).
 """
 
 from __future__ import annotations
@@ -79,7 +82,18 @@ def _handler(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(orjson.dumps(row) + b"\n")
     else:
         print(render(lags, args.partitions))
-    return 0
+    return 0 if args.max_lag is None else over_limit(lags, args.max_lag)
+
+
+def over_limit(lags: list[PartitionLag], max_lag: int) -> int:
+    """1 (named on stderr) when a group's lag, summed over its partitions, is above ``max_lag``."""
+    totals: dict[str, int] = {}
+    for lag in lags:
+        totals[lag.group] = totals.get(lag.group, 0) + lag.lag
+    over = {group: total for group, total in totals.items() if total > max_lag}
+    for group, total in over.items():
+        print(f"lag of {group}: {total} records, above --max-lag {max_lag}", file=sys.stderr)
+    return 1 if over else 0
 
 
 def add_parser(commands: Any) -> None:
@@ -93,4 +107,7 @@ def add_parser(commands: Any) -> None:
                          help="only this stage (repeatable; default: all three)")
     command.add_argument("--partitions", action="store_true", help="one line per partition too")
     command.add_argument("--json", action="store_true", help="one JSON object per partition")
+    command.add_argument("--max-lag", type=int, default=None, metavar="N",
+                         help="exit 1 when a stage's group is more than N records behind in all (for "
+                              "cron and CI; a caught-up group shows 1 per shard partition: markers)")
     command.set_defaults(handler=_handler)

@@ -1,37 +1,64 @@
-"""Prometheus metrics of one worker, served on ``/metrics`` (127.0.0.1 unless configured).
+"""Prometheus metrics of one worker, served on ``/metrics`` (127.0.0.1 unless configured) beside
+``/healthz`` and ``/readyz`` (:mod:`streams.ops.health`).
 
-Every series is labelled with the stage; Prometheus adds ``instance``. Counters are advanced from
-the engine's own thread after each committed batch (:class:`WorkerMetrics` is the engine's
-observer), so they count what was committed, not what was attempted; stage decisions are counted as
-the stage makes them, so a batch that aborts (rare) counts its decisions twice. Consumer lag is
-measured in a thread of its own (:class:`~streams.ops.lag.LagMonitor`) under kafka_exporter's names,
-``kafka_consumergroup_lag{consumergroup,topic,partition}`` and
-``kafka_consumergroup_lag_sum{consumergroup,topic}``, for the partitions this worker owns, so the
-sum over workers is the group's lag. The full list is in the README (Operations, Monitoring).
+Every series of this project is labelled with the stage; Prometheus adds ``instance``. Counters are
+advanced from the engine's own thread after each committed batch (:class:`WorkerMetrics` is the
+engine's observer), so they count what was committed, not what was attempted; stage decisions are
+counted as the stage makes them, so a batch that aborts (rare) counts its decisions twice. The
+counters a worker can know in advance start at 0, so an alert can tell "none yet" from "no worker".
+
+Names follow the Prometheus naming guidelines: base units (``_seconds``, ``_bytes``), ``_total``
+on counters, ``_ratio`` for a share between 0 and 1 (a probability too: "rate" is for per second),
+``_info`` for build metadata. The standard process, platform and garbage-collector collectors run
+in each worker's registry (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
+``process_open_fds``...): memory is the first thing to size.
+
+Consumer lag is measured in a thread of its own (:class:`~streams.ops.lag.LagMonitor`) as
+``crawl_dedup_consumer_lag_records{stage,group,topic,partition}``: this project's own name, so it
+never collides with kafka_exporter's. Each worker measures every partition its group reads, not only
+its own, so the lag of a dead worker's partitions stays measured by the others (take ``max`` over
+workers, then ``sum``). The full list is in the README (Operations, Monitoring).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
+import confluent_kafka
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.registry import Collector
 
+from streams import registry as stages
+from streams.compiled import compiled_modules
 from streams.config import MetricsSettings
-from streams.errors import ConfigError
-from streams.ops.lag import LagMonitor, PartitionLag
-from streams.registry import metrics_ports
+from streams.ops.health import Endpoint, serve
+from streams.ops.lag import LagMonitor, PartitionLag, topic_partitions
 from streams.runtime.engine import Engine
+from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.store import Measured
+from streams.version import package_version
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORTS = metrics_ports()  # by stage name (streams/registry.py)
+# Prometheus 2 stores each counter's and histogram's `_created` sample as a series of its own: as many
+# series again, which nothing reads. Process-wide, as the library offers it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+DEFAULT_PORTS = stages.metrics_ports()  # by stage name (streams/registry.py)
 DUPLICATE_DECISIONS = frozenset({"seen", "exact", "near", "unchanged"})
 STORE_GAUGE_INTERVAL_S = 5.0  # RocksDB properties are cheap, but not free on every batch
 COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
@@ -46,11 +73,23 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "race_matches": ("content-seen: earlier pages a probe met after the later page was probed: in time for "
                      "its verdict, or late (its verdict stands)", ("event",)),
 }
-STORE_GAUGES = {  # the keys of Measured.measurements(), one series per shard
-    "state_bytes": "Local state size of a shard (RocksDB SST files and memtables)",
-    "bloom_fill_ratio": "Share of the Bloom filter's bits set",
-    "bloom_false_positive_rate": "Estimated Bloom false-positive rate (fill ratio ** hash count)",
+STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), one series per shard
+    "state_bytes": ("crawl_dedup_state_bytes",
+                    "Local state size of a shard (RocksDB SST files and memtables)"),
+    "bloom_fill_ratio": ("crawl_dedup_bloom_fill_ratio", "Share of the Bloom filter's bits set"),
+    "bloom_false_positive_rate": ("crawl_dedup_bloom_false_positive_ratio",
+                                  "Estimated probability that a new URL passes for seen: "
+                                  "fill ratio ** hash count"),
 }
+LIFECYCLE_GAUGES = {  # read from the engine's Lifecycle at each scrape (LifecycleCollector)
+    "crawl_dedup_ready": "1 when assigned, recovered and consuming (what /readyz answers 200 to), else 0",
+    "crawl_dedup_last_commit_timestamp_seconds":
+        "Unix time of this worker's last committed transaction (its start time before the first)",
+    "crawl_dedup_recovery_remaining_records":
+        "Changelog records (offsets) a shard still has to replay before the worker is ready; 0 once done",
+    "crawl_dedup_recovery_progress_ratio": "Share of a shard's changelog replay done (1 once done)",
+}
+LAG = "crawl_dedup_consumer_lag_records"
 BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 AGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -63,8 +102,35 @@ def duplicate_ratio(decisions: Mapping[str, int]) -> float | None:
     return sum(n for name, n in decisions.items() if name in DUPLICATE_DECISIONS) / total
 
 
+class LifecycleCollector(Collector):
+    """Readiness, last commit and recovery progress, read from the lifecycle when scraped (the
+    engine's thread may be inside a long recovery that no batch observer would interrupt)."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.lifecycle: Lifecycle | None = None
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(name, text, labels=["stage"]) for name, text in LIFECYCLE_GAUGES.items()]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        names = iter(LIFECYCLE_GAUGES.items())
+        ready, last_commit, remaining, ratio = (
+            GaugeMetricFamily(name, text, labels=["stage", "shard"] if "recovery" in name else ["stage"])
+            for name, text in names)
+        lifecycle = self.lifecycle
+        if lifecycle is not None:
+            ready.add_metric([self.stage], 1.0 if lifecycle.ready else 0.0)
+            last_commit.add_metric([self.stage], lifecycle.last_commit_time)
+            for shard, job in sorted(lifecycle.recovery.items()):
+                remaining.add_metric([self.stage, str(shard)], float(job.remaining))
+                ratio.add_metric([self.stage, str(shard)], job.ratio)
+        yield from (ready, last_commit, remaining, ratio)
+
+
 class WorkerMetrics:
-    """The series of one worker, in a registry of its own (tests run several in one process)."""
+    """The series of one worker, in a registry of its own (tests run several in one process), with
+    the standard process, platform and garbage-collector collectors."""
 
     def __init__(self, stage: str, registry: CollectorRegistry | None = None) -> None:
         self.stage = stage
@@ -74,11 +140,19 @@ class WorkerMetrics:
         self._gauged_shards: set[int] = set()
         self._shard_labels: set[tuple[str, str]] = set()
         self._lag_labels: set[tuple[str, str, str]] = set()
-        self._lag_sum_labels: set[tuple[str, str]] = set()
+        self.lifecycle = LifecycleCollector(stage)
         self._define()
+        self._start_at_zero()
 
     def _define(self) -> None:
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        r.register(self.lifecycle)
+        self.build_info = Gauge("crawl_dedup_build_info", "The worker's build: package version, hot path "
+                                "compiled (mypyc) or not, librdkafka; always 1",
+                                ["stage", "version", "compiled", "librdkafka"], registry=r)
         self.counters = {key: Counter(f"crawl_dedup_{key}", text, ["stage", *extra], registry=r)
                          for key, (text, extra) in COUNTERS.items()}
         self.duplicate_ratio = Gauge("crawl_dedup_duplicate_ratio",
@@ -88,16 +162,35 @@ class WorkerMetrics:
         self.record_age = Histogram("crawl_dedup_record_age_seconds",
                                     "Age of a batch's oldest record when the batch committed", ["stage"],
                                     buckets=AGE_BUCKETS_S, registry=r)
-        self.store_gauges = {key: Gauge(f"crawl_dedup_{key}", text, ["stage", "shard"], registry=r)
-                             for key, text in STORE_GAUGES.items()}
-        self.lag = Gauge("kafka_consumergroup_lag", "End offset (read_committed) minus committed offset",
-                         ["consumergroup", "topic", "partition"], registry=r)
-        self.lag_sum = Gauge("kafka_consumergroup_lag_sum", "Lag summed over this worker's partitions",
-                             ["consumergroup", "topic"], registry=r)
+        self.store_gauges = {key: Gauge(name, text, ["stage", "shard"], registry=r)
+                             for key, (name, text) in STORE_GAUGES.items()}
+        self.lag = Gauge(LAG, "Records the stage's consumer group is behind on a partition: end offset "
+                         "(read_committed) minus committed offset; every worker of the group measures "
+                         "every partition", ["stage", "group", "topic", "partition"], registry=r)
+
+    def _start_at_zero(self) -> None:
+        """The series a worker knows in advance exist from the start, at 0 (Prometheus naming
+        guidelines: a missing series and a zero one differ for rate() and for alerts)."""
+        self.build_info.labels(self.stage, package_version(), str(bool(compiled_modules())).lower(),
+                               confluent_kafka.libversion()[0]).set(1)
+        for key, (_text, extra) in COUNTERS.items():
+            if not extra:
+                self.counters[key].labels(self.stage)
+        known = {spec.name: spec.decisions for spec in stages.STAGES}
+        for decision in known.get(self.stage, ()):
+            self.counters["decisions"].labels(self.stage, decision)
+        races = {spec.name: spec.race_events for spec in stages.ALL}
+        for event in races.get(self.stage, ()):
+            self.counters["race_matches"].labels(self.stage, event)
+        self.batch_seconds.labels(self.stage)
+        self.record_age.labels(self.stage)
 
     # -- the engine's observer ----------------------------------------------------------------
 
     def started(self, engine: Engine) -> None:
+        self.lifecycle.lifecycle = engine.lifecycle
+        for topic in engine.topology.input_topics:
+            self.counters["records_in"].labels(self.stage, topic)
         self.batch_done(engine)
 
     def batch_done(self, engine: Engine) -> None:
@@ -160,31 +253,33 @@ class WorkerMetrics:
     # -- lag --------------------------------------------------------------------------------
 
     def report_lag(self, lags: list[PartitionLag]) -> None:
-        """Set the lag series of the partitions measured; drop those no longer owned."""
+        """Set the lag series of the partitions measured; drop those no longer measured."""
         labels = {(lag.group, lag.topic, str(lag.partition)) for lag in lags}
-        sums: dict[tuple[str, str], int] = {}
         for lag in lags:
-            self.lag.labels(lag.group, lag.topic, str(lag.partition)).set(lag.lag)
-            sums[(lag.group, lag.topic)] = sums.get((lag.group, lag.topic), 0) + lag.lag
-        for key, total in sums.items():
-            self.lag_sum.labels(*key).set(total)
+            self.lag.labels(self.stage, lag.group, lag.topic, str(lag.partition)).set(lag.lag)
         for stale in self._lag_labels - labels:
-            self.lag.remove(*stale)
-        for stale_sum in self._lag_sum_labels - set(sums):
-            self.lag_sum.remove(*stale_sum)
-        self._lag_labels, self._lag_sum_labels = labels, set(sums)
+            self.lag.remove(self.stage, *stale)
+        self._lag_labels = labels
 
 
 class MetricsEndpoint:
     """The engine observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
 
     def __init__(self, settings: MetricsSettings, engine: Engine) -> None:
-        self.metrics = WorkerMetrics(engine.topology.stage)
-        self.port = serve(self.metrics.registry, settings.host,
-                          settings.port or DEFAULT_PORTS.get(engine.topology.stage, 9419))
+        stage = engine.topology.stage
+        self.metrics = WorkerMetrics(stage)
+        self.metrics.lifecycle.lifecycle = engine.lifecycle
+        port = DEFAULT_PORTS.get(stage, 9419) if settings.port is None else settings.port
+        self.port = serve(Endpoint(self.metrics.registry, engine.lifecycle, settings.stall_after_s),
+                          settings.host, port)
+        shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+        log.info("serving http://%s:%d/metrics, /healthz and /readyz", shown, self.port,
+                 extra={"fields": {"event": "metrics", "host": settings.host, "port": self.port}})
+        admin = AdminClient(engine.kafka.admin())
+        topics = sorted({*engine.topology.input_topics, *engine.topology.shard_topics})
         reader = Consumer(engine.kafka.consumer(engine.group))  # never subscribes: reads commits only
-        self._lag = LagMonitor(AdminClient(engine.kafka.admin()), reader, engine.group,
-                               lambda: engine.assignment, self.metrics.report_lag, settings.lag_interval_s)
+        self._lag = LagMonitor(admin, reader, engine.group, lambda: topic_partitions(admin, topics),
+                               self.metrics.report_lag, settings.lag_interval_s)
 
     def started(self, engine: Engine) -> None:
         self.metrics.started(engine)
@@ -196,18 +291,3 @@ class MetricsEndpoint:
     def stopped(self, engine: Engine) -> None:
         self._lag.stop()
         self.metrics.stopped(engine)
-
-
-def serve(registry: CollectorRegistry, host: str, port: int) -> int:
-    """Start ``/metrics`` on ``host:port``; a taken port falls back to a free one (logged)."""
-    try:
-        server: Any = start_http_server(port, host, registry)
-    except OSError as error:
-        if error.errno != errno.EADDRINUSE:
-            raise ConfigError(f"cannot serve metrics on {host}:{port}: {error}") from error
-        server = start_http_server(0, host, registry)
-        log.warning("metrics port %d is taken; serving on %d instead (set STREAMS_METRICS_PORT)",
-                    port, server[0].server_port)
-    bound: int = server[0].server_port
-    log.info("metrics on http://%s:%d/metrics", host, bound)
-    return bound

@@ -43,8 +43,8 @@ def scrape(port: int, input_topic: str, host: str = "127.0.0.1", timeout_s: floa
             name, labels, value = sample.name, sample.labels, sample.value
             if name == "crawl_dedup_records_in_total" and labels.get("topic") == input_topic:
                 progress.records_in += value
-            elif name == "kafka_consumergroup_lag_sum":
-                progress.lag += value
+            elif name == "crawl_dedup_consumer_lag_records":
+                progress.lag += value  # one worker per stage here: its group's partitions, once each
             elif name == "crawl_dedup_dead_letters_total":
                 progress.dead_letters += value
             elif name == "crawl_dedup_decisions_total":

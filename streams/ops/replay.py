@@ -39,6 +39,7 @@ from streams.runtime.kafka_io import (
     ensure_topics,
     output_limits,
 )
+from streams.runtime.replication import for_command
 from streams.topics import Topics
 
 AUTO: Final = "auto"
@@ -302,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
     targets = {FETCHED_PAGES: topics.fetched_pages, FRONTIER: topics.frontier}
     kafka = kafka_config(args.config)
     ensure_topics(kafka, [TopicSpec(name, settings.input_partitions) for name in targets.values()],
-                  settings.replication_factor)
+                  for_command(kafka, settings))
     max_bytes = args.max_record_bytes or record_limit(kafka, list(targets.values()))
     tally: Counter[str] = Counter()
     sink = Sink(kafka, targets, args.rate, max_bytes, tally)

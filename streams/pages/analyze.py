@@ -132,7 +132,7 @@ def analyze_page(record: Mapping[str, Any], settings: PageSettings,
     so a large base64 body is decoded once. ``sketch=False`` leaves the sketch out (a caller that
     only compares SimHashes, such as the revisit stage, saves its cost).
     """
-    skipped = _skip_reason(record)
+    skipped = skip_reason(record)
     if skipped is not None:
         return Skipped(skipped)
     body = records.body_bytes(record) if body is None else body
@@ -166,7 +166,8 @@ def _design(hamming_threshold: int, expected_pages: int) -> BlockDesign:
     return block_design(hamming_threshold, expected_pages)
 
 
-def _skip_reason(record: Mapping[str, Any]) -> str | None:
+def skip_reason(record: Mapping[str, Any]) -> str | None:
+    """Why a record carries no page to compare (the module docstring's first three reasons), or None."""
     if record.get("method", "GET") == "HEAD":
         return "head_request"
     status = record.get("status", 200)

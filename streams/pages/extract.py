@@ -110,6 +110,76 @@ def extract_text(page: DecodedPage, *, min_main_chars: int = 200, full_text: boo
     return ExtractedText(full if full is not None and len(main) < min_main_chars else main, full, title)
 
 
+BOILERPLATE_ELEMENTS: Final = ("nav", "aside", "form", "dialog", "[role=navigation]", "[role=complementary]",
+                                "[role=search]", "[hidden]", "[aria-hidden=true]")
+"""Left out of a page's declared main content by :func:`change_text`: navigation, sidebars, forms and
+hidden elements (the HTML sectioning and ARIA landmark elements that hold them)."""
+_PAGE_BOILERPLATE: Final = (*BOILERPLATE_ELEMENTS, "header", "footer", "[role=banner]", "[role=contentinfo]")
+_MAIN_LANDMARKS: Final = ("main, [role=main]", "article")
+
+
+def _options(skip: tuple[str, ...]) -> Mapping[str, Any]:
+    return MappingProxyType({**FULL_OPTIONS, "alt_texts": False, "skip_elements": (*skip, "figcaption")})
+
+
+_INSIDE_LANDMARK: Final = _options(BOILERPLATE_ELEMENTS)
+_OUTSIDE_BOILERPLATE: Final = _options(_PAGE_BOILERPLATE)
+
+
+def change_text(page: DecodedPage, *, min_main_chars: int = 200) -> str:
+    """The text whose change is a change of the page, for the revisit stage.
+
+    A page that declares its main content, one ``<main>`` (or ``role=main``) element, else one
+    ``<article>``, gets that element's whole text less the :data:`BOILERPLATE_ELEMENTS` inside it:
+    what the site's author marked as the page's content, every part of it. The main-content
+    heuristics (:func:`extract_text`) drop link-dense blocks and short pages whole, which is right
+    for finding copies (what two copies share is their prose) but hides real edits of a
+    documentation page's lists of links, tables and one-line entries. The declared element is taken
+    when its text is at least as long as the heuristics' main text or ``min_main_chars`` (an
+    ``<article>`` holding only a share button or metadata is not the page). Otherwise the main text
+    of :func:`extract_text`, and when it is shorter than ``min_main_chars`` the text outside the
+    page's header, footer and boilerplate elements; only when that is empty the full text.
+    :func:`extract_text` falls back to the full text directly, navigation and footer included, and
+    a short page would carry its sidebar's rotating lists, counters and dates into its text and look
+    changed on every fetch. The content-seen stage keeps :func:`extract_text`; this is the revisit
+    stage's own (docs/revisit.md, "Change signals").
+    """
+    if page.media != "html":
+        return normalise_text(page.text)
+    html = valid_unicode(page.text)
+    try:
+        tree = HTMLTree.parse(html)
+        if tree.document is not None and tree.document.query_selector(_TOO_DEEP) is not None:
+            return normalise_text(str(extract_plain_text(tree, **FULL_OPTIONS)))
+        text = normalise_text(str(extract_plain_text(tree, **MAIN_OPTIONS)))
+        if len(text) < min_main_chars:
+            text = (normalise_text(str(extract_plain_text(tree, **_OUTSIDE_BOILERPLATE)))
+                    or normalise_text(str(extract_plain_text(tree, **FULL_OPTIONS))))
+            shortest = 0
+        else:
+            shortest = min(len(text), min_main_chars)
+        declared = _declared_main(tree)   # changes the tree: last
+        return declared if declared and len(declared) >= shortest else text
+    except HTMLParserException:
+        return normalise_text(_TAG.sub(" ", html))
+
+
+def _declared_main(tree: HTMLTree) -> str:
+    """The text of the page's one main landmark (:func:`change_text`), or "" when it has none (or
+    several, as a listing page has articles). The tree is left holding only that element."""
+    body = tree.body
+    if body is None:
+        return ""
+    for selector in _MAIN_LANDMARKS:
+        found = body.query_selector_all(selector)
+        if len(found) == 1:
+            body.replace_children(found[0])
+            return normalise_text(str(extract_plain_text(tree, **_INSIDE_LANDMARK)))
+        if len(found) > 1:
+            return ""
+    return ""
+
+
 def normalise_text(text: str) -> str:
     """One spelling for the same visible text: invisible format characters and control characters
     removed, NFKC, every whitespace run one space, no leading or trailing space.

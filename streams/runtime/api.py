@@ -45,7 +45,7 @@ from streams.runtime.parallel import Pending, ProcessMap
 from streams.runtime.partitioner import partition_for
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Stage
-from streams.runtime.store import Measured, PartitionStore, RocksStore, private_dir
+from streams.runtime.store import Measured, PartitionStore, RocksStore, disk_errors, private_dir
 from streams.runtime.store_spec import StateIdentity, StoreSpec, rocks_store
 from streams.runtime.topology import InternalStream, InternalTopic, On, Processors, ShardRecord, Topology
 
@@ -53,6 +53,7 @@ __all__ = [
     "BatchState", "Emit", "InputPositions", "InputReader", "InternalStream", "InternalTopic", "KafkaConfig",
     "KeyedMove", "Measured", "Message", "On", "OwnedShards", "PartitionStore", "Pending", "Placed",
     "ProcessMap", "Processors", "RocksStore", "RoutingMemory", "ShardRecord", "Stage", "StageContext",
-    "StateIdentity", "StateMove", "StoreSpec", "TopicSpec", "Topology", "current_topics", "ensure_topics",
-    "partition_for", "pending_records", "private_dir", "read_from", "read_to_end", "rocks_store",
+    "StateIdentity", "StateMove", "StoreSpec", "TopicSpec", "Topology", "current_topics", "disk_errors",
+    "ensure_topics", "partition_for", "pending_records", "private_dir", "read_from", "read_to_end",
+    "rocks_store",
 ]

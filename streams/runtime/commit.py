@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.counters import Counters
 from streams.runtime.kafka_io import produce_when_room
+from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.watchdog import Watchdog
 
 
@@ -21,12 +22,24 @@ class Commit:
     """One worker's transactional producer, as the engine's batches use it."""
 
     def __init__(self, producer: Producer, watchdog: Watchdog, changelog: str, timeout_s: float,
-                 counters: Counters) -> None:
+                 counters: Counters, lifecycle: Lifecycle) -> None:
         self._producer = producer
         self._watchdog = watchdog
         self._changelog = changelog
         self._timeout_s = timeout_s
         self._counters = counters
+        self._lifecycle = lifecycle
+
+    def init_transactions(self) -> None:
+        """Fence this worker's predecessor (the same transactional id) and abort what it left open."""
+        timeout_s, producer = self._timeout_s * 2, self._producer
+        self._watchdog.transactional("init_transactions", timeout_s,
+                                     lambda: producer.init_transactions(timeout_s))
+
+    def abort(self) -> None:
+        timeout_s, producer = self._timeout_s, self._producer
+        self._watchdog.transactional("abort_transaction", timeout_s,
+                                     lambda: producer.abort_transaction(timeout_s))
 
     def produce(self, emits: list[Emit]) -> None:
         """Records of the open transaction (waiting for room in the client's queue when it is full)."""
@@ -64,14 +77,17 @@ class Commit:
                 except BufferError:
                     produce_when_room(self._producer, self._timeout_s, self._changelog, value, key, partition,
                                       on_delivery)
-        timeout_s = self._timeout_s
-        if batch:  # a transaction of scheduled callbacks alone consumed nothing
-            with self._watchdog.guard("send_offsets_to_transaction", timeout_s):
-                self._producer.send_offsets_to_transaction(
-                    offsets(batch), consumer.consumer_group_metadata(), timeout_s)
-        with self._watchdog.guard("commit_transaction", timeout_s):
-            self._producer.commit_transaction(timeout_s)
-        self._producer.poll(0)  # serve any delivery report commit_transaction left queued
+        timeout_s, producer = self._timeout_s, self._producer
+        committed = offsets(batch)
+        if committed:  # a transaction of scheduled callbacks alone consumed nothing
+            group = consumer.consumer_group_metadata()
+            send = producer.send_offsets_to_transaction
+            self._watchdog.transactional("send_offsets_to_transaction", timeout_s,
+                                         lambda: send(committed, group, timeout_s))
+        self._watchdog.transactional("commit_transaction", timeout_s,
+                                     lambda: producer.commit_transaction(timeout_s))
+        producer.poll(0)  # serve any delivery report commit_transaction left queued
+        self._lifecycle.committed([(tp.topic, tp.partition, tp.offset) for tp in committed])
         return changelog_ends
 
 

@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
+from streams.runtime.access import NO_WATCH, Watch
 from streams.runtime.batch import BatchState
 from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
 from streams.runtime.commit import Commit, apply
@@ -48,6 +49,7 @@ from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
+from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.outputs import Outputs
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
 from streams.runtime.stage import Stage
@@ -101,7 +103,8 @@ class Engine:
     def __init__(self, stage: Stage, topology: Topology, kafka: KafkaConfig, settings: RuntimeSettings,
                  store_factory: StoreFactory | None = None,
                  output_limits: Mapping[str, int] | None = None, clients: KafkaClients = CONFLUENT,
-                 drain: bool = False, assignment_check: Callable[[], None] = _current) -> None:
+                 drain: bool = False, assignment_check: Callable[[], None] = _current,
+                 watch: Watch = NO_WATCH) -> None:
         """``topology``: the stage's topics in this application. ``store_factory``: a shard's store
         (default: the stage's declared store, under ``state_dir``). ``output_limits``: the largest
         key plus value each topic takes (from :func:`~streams.runtime.kafka_io.output_limits`);
@@ -109,7 +112,8 @@ class Engine:
         (:mod:`streams.runtime.clients`). ``drain``: route input only up to each partition's cut
         (:mod:`streams.runtime.drain`). ``assignment_check``: called on every assignment before
         anything is read; it raises to stop the worker (the state generation is no longer current,
-        :mod:`streams.runtime.generations`)."""
+        :mod:`streams.runtime.generations`). ``watch``: tells a failure that is the cluster's doing
+        (credentials, ACLs, a deleted topic) from a fault (:mod:`streams.runtime.access`)."""
         self.stage = stage
         self.topology = topology
         self.kafka = kafka
@@ -117,32 +121,35 @@ class Engine:
         self.settings = settings
         self.changelog_topic = topology.changelog
         self.counters = Counters()
+        self.lifecycle = Lifecycle(topology.stage, topology.shard_topics, settings.recovery_log_interval_s)
         self._declared = declared = stage.store()
         self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity,
-                              store_factory or self._rocks_store, kafka, clients, self.counters)
+                              store_factory or self._rocks_store, kafka, clients, self.counters,
+                              self.lifecycle)
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
         # The records routed: a stage whose input is keyed already routes none, it decides them.
         self._inputs = frozenset(topology.input_topics) - self._shard_topics
         self._assignment_check = assignment_check
+        self._watch = watch
         self._stopping = False
         self._assigned = False
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
         session_ms = DRAIN_SESSION_TIMEOUT_MS if drain else 30_000
-        self._consumer = clients.consumer(kafka.consumer(topology.group, **worker_consumer(settings.worker_id,
-                                                                                          session_ms)))
+        self._consumer = clients.consumer(kafka.consumer(
+            topology.group, **worker_consumer(settings.worker_id, session_ms), **watch.client_config()))
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
-        self._producer = clients.producer(self.kafka.transactional_producer(
+        self._producer = clients.producer({**self.kafka.transactional_producer(
             f"{topology.group}.{settings.worker_id}", settings.transaction_timeout_s,
-            max_message_bytes=self._outputs.largest_record_bytes))
+            max_message_bytes=self._outputs.largest_record_bytes), **watch.client_config()})
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._commit = Commit(self._producer, self._watchdog, topology.changelog,
-                              settings.transaction_timeout_s, self.counters)
+                              settings.transaction_timeout_s, self.counters, self.lifecycle)
         context = StageContext(topology, settings.shards, self._owned, self._input_reader, self.counters,
                                settings.dead_letter_max_value_bytes)
         processors = stage.init(context)
@@ -160,11 +167,13 @@ class Engine:
 
     def _rocks_store(self, partition: int) -> PartitionStore:
         path = stage_dir(self.settings, self.topology.stage) / f"shard-{partition:04d}"
-        return self._declared.open(path, self.settings.shards, self.settings.rocksdb_block_cache_mb)
+        return self._declared.open(path, self.settings.shards, self.settings.rocksdb_block_cache_mb,
+                                   self.settings.rocksdb_memtable_mb)
 
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
         self._stopping = True
+        self.lifecycle.stopping()
         self._watchdog.request_stop()
 
     def install_signal_handlers(self) -> None:
@@ -174,7 +183,7 @@ class Engine:
     def run(self, idle_exit_s: float = math.inf, observer: EngineObserver = UNOBSERVED) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
         self._watchdog.start()
-        self._init_transactions()
+        self._commit.init_transactions()
         observer.started(self)
         self._subscribe()
         try:
@@ -184,22 +193,23 @@ class Engine:
                     observer.batch_done(self)
                 elif done == "idle" and self._idle(idle_exit_s):
                     break
-        except BaseException:
-            self._close_after_failure(observer)
+        except BaseException as error:
+            cause = self._watch.cause_of(error, self._producer)
+            self._close_after_failure(observer, cause or error)
+            self.lifecycle.stopped(cause or error)
+            if cause is not None:
+                raise cause from error
             raise
         observer.stopped(self)
         self.close()
+        self.lifecycle.stopped(None)
 
     def start(self) -> None:
         """What :meth:`run` does first: fence this worker's predecessor, join the group. For a
         caller that drives the engine :meth:`step` by :meth:`step` (the state-machine tests)."""
         self._watchdog.start()
-        self._init_transactions()
+        self._commit.init_transactions()
         self._subscribe()
-
-    def _init_transactions(self) -> None:
-        with self._watchdog.guard("init_transactions", self.settings.transaction_timeout_s * 2):
-            self._producer.init_transactions(self.settings.transaction_timeout_s * 2)
 
     def _subscribe(self) -> None:
         internal = [topic for topic in self.topology.shard_topics if topic not in self.topology.input_topics]
@@ -207,10 +217,13 @@ class Engine:
         self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)
         self._last_activity = time.monotonic()
+        self.lifecycle.joining()
 
     def step(self) -> Step:
         """One turn of the loop: consume, and run the batch (``"batch"``); with nothing consumed,
         run the scheduled callbacks that have something to say (``"report"``), else ``"idle"``."""
+        self.lifecycle.turned()
+        self._watch.check()
         batch = self._consume()
         if batch or self._flow.holding:
             self._run_batch(batch)
@@ -220,14 +233,18 @@ class Engine:
             return "report"
         return "idle"
 
-    def _close_after_failure(self, observer: EngineObserver) -> None:
+    def _close_after_failure(self, observer: EngineObserver, error: BaseException) -> None:
         """Clean up after an error without letting a second error (a fenced producer's flush, a
-        closed store) replace the first one in the worker's last words."""
+        closed store) replace the first one in the worker's last words; the same error again (a
+        full disk fails the stores' closing flushes too) is not worth a word."""
         try:
             observer.stopped(self)
             self.close()
-        except Exception:  # noqa: BLE001 - the original error is re-raised by the caller
-            log.exception("clean-up after the failure above also failed")
+        except Exception as again:  # noqa: BLE001 - the original error is re-raised by the caller
+            if type(again) is type(error) and isinstance(error, StreamsError):
+                log.debug("clean-up after the failure: %s", again)
+            else:
+                log.exception("clean-up after the failure above also failed")
 
     def _idle(self, idle_exit_s: float) -> bool:
         """Idle time counts from the last batch or the last assignment, never from start-up."""
@@ -250,12 +267,13 @@ class Engine:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assignment_check()
         self._cut.assigned(partitions)
+        owned = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
+        self.lifecycle.assigned_now(owned)
         self._shards.assigned(partitions)
         self._positions.assigned(partitions)
-        self.assignment = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
+        self.assignment = owned
         self._assigned = True
         self._last_activity = time.monotonic()
-        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
     @property
     def stores(self) -> dict[int, PartitionStore]:
@@ -265,6 +283,7 @@ class Engine:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = tuple(item for item in self.assignment if item not in revoked)
+        self.lifecycle.revoked(revoked)
         self._positions.revoked(revoked)
         self._flow.revoked(revoked)
         self._cut.revoked(revoked)
@@ -316,6 +335,7 @@ class Engine:
             elif error.fatal():
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
+                self._watch.consumer_error(error)  # raises when the cluster caused it
                 log.warning("consumer: %s", error)
         return self._cut.within(batch)
 
@@ -348,6 +368,7 @@ class Engine:
             self._routing.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
+            self.lifecycle.turned()  # a long batch commits in parts: each one is a sign of life
             start += done
         # The metrics observe the whole batch, every part of it.
         self.counters.last_batch_s = time.perf_counter() - batch_began
@@ -399,7 +420,9 @@ class Engine:
         self._shards.identities.aborted()
         self._routing.aborted()
         self._punctuators.aborted()
-        with self._watchdog.guard("abort_transaction", self.settings.transaction_timeout_s):
-            self._producer.abort_transaction(self.settings.transaction_timeout_s)
+        self._commit.abort()
         self.counters.aborted_batches += 1
+        cause = self._watch.after_abort(kafka_error)  # aborted already: nothing of the batch committed
+        if cause is not None:
+            raise cause from error
         self._flow.rewind(batch)  # a preparing stage's: the input records held for the next batch too

@@ -25,6 +25,7 @@ from streams.errors import StaleGeneration
 from streams.runtime.kafka_io import (
     COMPACTED,
     KafkaConfig,
+    Replication,
     TopicSpec,
     ensure_topics,
     partition_count,
@@ -72,9 +73,9 @@ def read_generation(kafka: KafkaConfig, topic: str, timeout_s: float = 30.0) -> 
 
 
 def write_generation(kafka: KafkaConfig, topic: str, generation: Generation,
-                     replication_factor: int = 1) -> None:
+                     replication: Replication | None = None) -> None:
     """Make ``generation`` the stage's record, durably (acks=all, flushed) before returning."""
-    ensure_topics(kafka, [TopicSpec(topic, 1, COMPACTED, fixed_partitions=True)], replication_factor)
+    ensure_topics(kafka, [TopicSpec(topic, 1, COMPACTED, fixed_partitions=True)], replication)
     producer = Producer(kafka.producer())
     producer.produce(topic, generation.encode(), RECORD_KEY)
     if producer.flush(60) != 0:

@@ -126,7 +126,7 @@ class InputFlow:
             self._consumer.seek(position)
         self._paused.update(first)
         self._counters.deferred_records += len(deferred)
-        log.info("no room for %d input records: %d partitions paused", len(deferred), len(positions))
+        log.debug("no room for %d input records: %d partitions paused", len(deferred), len(positions))
 
     def resume_if_ready(self) -> None:
         if self._paused and self._ready_for_input():

@@ -61,6 +61,9 @@ class KafkaConfig:
             "transactional.id": transactional_id,
             "enable.idempotence": True,
             "transaction.timeout.ms": int(timeout_s * 1000),
+            # A worker writes only topics it created (or checked) at start; a deleted one must not
+            # come back by auto-creation with the broker's defaults (a changelog not compacted).
+            "allow.auto.create.topics": False,
         }
         if max_message_bytes is not None and "message.max.bytes" not in self.client:
             extra["message.max.bytes"] = min(max_message_bytes, LIBRDKAFKA_MAX_MESSAGE_BYTES)
@@ -102,11 +105,26 @@ class TopicSpec:
 
 
 COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+CLUSTER_DEFAULT = -1  # a NewTopic's replication factor that takes the broker's default.replication.factor
 
 
-def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_factor: int = 1,
+@dataclass(frozen=True)
+class Replication:
+    """How many copies a created topic keeps (its replication factor), and how many must hold a write
+    before the broker acknowledges it (its ``min.insync.replicas``). How a stage chooses them, and
+    checks the cluster can keep them: :mod:`streams.runtime.replication`."""
+
+    factor: int
+    min_insync: int
+
+    def config(self) -> dict[str, str]:
+        return {"min.insync.replicas": str(self.min_insync)}
+
+
+def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication: Replication | None = None,
                   timeout_s: float = 30.0) -> None:
-    """Create missing topics; refuse internal topics whose partition count differs."""
+    """Create missing topics (with ``replication``, else the cluster's defaults); refuse internal
+    topics whose partition count differs."""
     admin = AdminClient(kafka.admin())
     specs = list(specs)
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -122,18 +140,43 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication_fa
     missing = [spec for spec in specs if spec.name not in existing]
     if not missing:
         return
-    futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, replication_factor, config=dict(s.config)) for s in missing],
-        operation_timeout=timeout_s,
-    )
-    for name, future in futures.items():
-        try:
-            future.result()
-        except KafkaException as error:
-            if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: another worker won the race
-                raise ConfigError(f"cannot create topic {name}: {error}") from error
+    factor = CLUSTER_DEFAULT if replication is None else replication.factor
+    extra = {} if replication is None else replication.config()
+    pending = missing
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, factor, config={**extra, **s.config}) for s in pending],
+            operation_timeout=timeout_s,
+        )
+        failed = {name: _create_failure(name, future, attempt) for name, future in futures.items()}
+        pending = [spec for spec in pending if failed.get(spec.name)]
+        if not pending:
+            break
+        time.sleep(1.0)
     _wait_until_visible(admin, [spec.name for spec in missing], timeout_s)
     log.info("created topics %s", ", ".join(s.name for s in missing))
+
+
+# A request cut short while the cluster's brokers change (one restarting, or just started: librdkafka
+# drops the handle of a broker that left the metadata, failing what it had in flight) is tried again.
+CREATE_ATTEMPTS = 3
+_CREATE_TRANSIENT = frozenset({KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                               KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_CONTROLLER})
+
+
+def _create_failure(name: str, future: Any, attempt: int) -> bool:
+    """Whether creating ``name`` must be tried again; raises when it cannot be created."""
+    try:
+        future.result()
+    except KafkaException as error:
+        code = error.args[0].code()
+        if code == KafkaError.TOPIC_ALREADY_EXISTS:  # another worker won the race (or a retry did)
+            return False
+        if code in _CREATE_TRANSIENT and attempt < CREATE_ATTEMPTS:
+            log.warning("creating topic %s: %s; trying again", name, error.args[0].str())
+            return True
+        raise ConfigError(f"cannot create topic {name}: {error}") from error
+    return False
 
 
 def output_limits(kafka: KafkaConfig, topics: Iterable[str], timeout_s: float = 30.0) -> dict[str, int]:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -34,6 +35,11 @@ _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_N
 APPLY_CHUNK = 20_000
 
 
+class RecoveryWatcher(Protocol):
+    def recovering(self, positions: Mapping[int, tuple[int, int, int]]) -> None:
+        """shard -> (start, reached, end) changelog offsets, once per consumed chunk."""
+
+
 @dataclass
 class RecoveryResult:
     records: dict[int, int] = field(default_factory=dict)
@@ -50,7 +56,8 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
     if stored is not None and stored >= high:
         raise StateError(
             f"local state of {where} is at offset {stored} but the changelog ends at {high}: "
-            "the changelog was recreated; delete the state directory to rebuild it"
+            "the changelog was deleted and recreated, and the state it held with it: rebuild the "
+            "stage's state from its input (README, Reliability, 'Hostile cluster events')"
         )
     start = max(low, 0 if stored is None else stored + 1)
     return None if start >= high else start
@@ -59,8 +66,9 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
 class _Pending:
     """Writes read from one changelog partition, not yet applied."""
 
-    def __init__(self, store: PartitionStore) -> None:
+    def __init__(self, store: PartitionStore, start: int, end: int) -> None:
         self.store = store
+        self.start, self.end = start, end
         self.writes: dict[bytes, bytes | None] = {}
         self.last_offset: int | None = None
         self.applied = 0
@@ -79,21 +87,27 @@ class _Pending:
             self.applied += len(self.writes)
             self.writes = {}
 
+    @property
+    def reached(self) -> int:
+        """The next offset to read (at least): the last keyed record's plus one."""
+        return self.start if self.last_offset is None else self.last_offset + 1
+
 
 def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str,
-            timeout_s: float = 600.0, clients: KafkaClients = CONFLUENT) -> RecoveryResult:
+            timeout_s: float = 600.0, clients: KafkaClients = CONFLUENT,
+            watcher: RecoveryWatcher | None = None) -> RecoveryResult:
     """Apply every changelog record after each store's offset; return counts per partition."""
     began = time.monotonic()
     consumer = clients.consumer(kafka.consumer(
         f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
     try:
         pending = _assign(consumer, stores, topic)
-        _replay(consumer, pending, topic, began + timeout_s)
+        _replay(consumer, pending, topic, began + timeout_s, watcher)
     finally:
         consumer.close()
     result = RecoveryResult({p: job.applied for p, job in pending.items()}, time.monotonic() - began)
     if result.total:
-        log.info("recovered %s: %d records in %.1f s", topic, result.total, result.seconds)
+        log.debug("recovered %s: %d records in %.1f s", topic, result.total, result.seconds)
     return result
 
 
@@ -104,7 +118,7 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
         low, high = _watermarks(consumer, TopicPartition(topic, partition))
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
-            pending[partition] = _Pending(store)
+            pending[partition] = _Pending(store, offset, high)
             assignment.append(TopicPartition(topic, partition, offset))
     if assignment:
         consumer.assign(assignment)
@@ -134,11 +148,15 @@ def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float 
             time.sleep(0.5)
 
 
-def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadline: float) -> None:
+def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadline: float,
+            watcher: RecoveryWatcher | None) -> None:
     open_partitions = set(pending)
     while open_partitions:
         if time.monotonic() > deadline:
             raise RuntimeFailure(f"recovery of {topic} did not reach the end in time")
+        if watcher is not None:
+            watcher.recovering({partition: (job.start, job.end if partition not in open_partitions
+                                            else job.reached, job.end) for partition, job in pending.items()})
         for message in consumer.consume(10_000, timeout=0.1):
             partition = message.partition()
             assert partition is not None

@@ -42,6 +42,7 @@ from streams.runtime.generations import Generation, read_generation, write_gener
 from streams.runtime.kafka_io import (
     COMPACTED,
     KafkaConfig,
+    Replication,
     TopicSpec,
     ensure_topics,
     partition_count,
@@ -66,7 +67,7 @@ class ReshardPlan:
     stage: str
     shards: int
     topic_config: Mapping[str, str] = field(default_factory=dict)  # e.g. max.message.bytes
-    replication_factor: int = 1
+    replication: Replication | None = None  # None: the cluster's defaults
     wait_s: float = 60.0  # for the group to empty
     keep_old: bool = False
     internal: tuple[str, ...] = ("shards",)  # the names of the stage's internal topics
@@ -110,7 +111,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
         for internal in plan.internal_topics(old):
             _check_drained(kafka, group, internal)
     except ReshardRefused:
-        write_generation(kafka, _generations_topic(plan), current, plan.replication_factor)
+        write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
     report.seconds["stop checks"] = time.monotonic() - began
     tell("copy")
@@ -124,7 +125,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
             move, identity, plan.shards)
     except (ReshardRefused, StateError):
         _delete_topics(kafka, [*plan.internal_topics(new), new.changelog(plan.app_id, plan.stage)])
-        write_generation(kafka, _generations_topic(plan), current, plan.replication_factor)
+        write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
     report.seconds["copy"] = time.monotonic() - copied
     tell("switch")
@@ -157,7 +158,7 @@ def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
         _delete_topics(kafka, [*plan.internal_topics(abandoned),
                                abandoned.changelog(plan.app_id, plan.stage)])
     write_generation(kafka, _generations_topic(plan),
-                     Generation(current.number, current.shards, target, plan.shards), plan.replication_factor)
+                     Generation(current.number, current.shards, target, plan.shards), plan.replication)
     return current, target
 
 
@@ -194,7 +195,7 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
           for topic in plan.internal_topics(new)),
         TopicSpec(new.changelog(plan.app_id, plan.stage), plan.shards, {**COMPACTED, **plan.topic_config},
                   fixed_partitions=True),
-    ], plan.replication_factor)
+    ], plan.replication)
 
 
 def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move: StateMove,
@@ -263,7 +264,7 @@ class _Writer:
 
 
 def _switch(kafka: KafkaConfig, plan: ReshardPlan, generation: Generation) -> None:
-    write_generation(kafka, _generations_topic(plan), generation, plan.replication_factor)
+    write_generation(kafka, _generations_topic(plan), generation, plan.replication)
     log.info("%s of %s: generation %d with %d shards is current", plan.stage, plan.app_id,
              generation.number, generation.shards)
 

@@ -44,15 +44,17 @@ COPY_BATCH_KEYS = 10_000
 BLOOM_BITS_PER_KEY = 10  # about 1 % false positives: an absent key rarely touches the files
 PLAIN_HASH_TABLE_RATIO = 0.75  # RocksDB's default: index buckets per prefix, 1 / 0.75
 PLAIN_INDEX_SPARSENESS = 16  # RocksDB's default: keys sharing a prefix are binary-searched 16 apart
-MEMTABLE_BYTES = 64 * 1024 * 1024  # RocksDB's default write_buffer_size, made explicit
+MEMTABLE_MB = 64  # RocksDB's default write_buffer_size, made explicit ([runtime] rocksdb_memtable_mb)
 # Block-based stores keep their memtable in hash buckets (see options): 8 bytes each, 1/32 of the
 # memtable's size, about one bucket per 2 entries of a full memtable of ~120-byte entries.
-MEMTABLE_HASH_BUCKETS = MEMTABLE_BYTES // 256
+MEMTABLE_BYTES_PER_HASH_BUCKET = 256
 MEMTABLE_HASH_PREFIX_BYTES = 32  # every state key of the block-based stages, whole (at most 18 bytes)
 
 
-def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int) -> Any:
-    """rocksdict ``Options`` for a store in ``table_format``.
+def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int,
+            memtable_mb: int = MEMTABLE_MB) -> Any:
+    """rocksdict ``Options`` for a store in ``table_format``, with ``memtable_mb`` memtables (a full one
+    is flushed to disk: the store's disk writes come in memtable-sized steps).
 
     ``prefix_bytes`` is how much of a raw key the PlainTable hash index hashes. Keys that share
     their first ``prefix_bytes`` are told apart by a short search among themselves; a shorter key
@@ -77,7 +79,8 @@ def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int
 
     made = Options(raw_mode=True)
     made.create_if_missing(True)
-    made.set_write_buffer_size(MEMTABLE_BYTES)
+    memtable_bytes = memtable_mb * 1024 * 1024
+    made.set_write_buffer_size(memtable_bytes)
     if table_format == "plain":
         plain = PlainTableFactoryOptions()
         plain.user_key_length = 0  # keys of any length
@@ -94,7 +97,7 @@ def options(table_format: TableFormat, *, block_cache_mb: int, prefix_bytes: int
         made.set_block_based_table_factory(table)
         made.set_prefix_extractor(SliceTransform.create_max_len_prefix(MEMTABLE_HASH_PREFIX_BYTES))
         factories: Any = MemtableFactory  # rocksdict's stubs leave out the bucket count it takes
-        made.set_memtable_factory(factories.hash_link_list(MEMTABLE_HASH_BUCKETS))
+        made.set_memtable_factory(factories.hash_link_list(memtable_bytes // MEMTABLE_BYTES_PER_HASH_BUCKET))
         made.set_allow_concurrent_memtable_write(False)
     return made
 

@@ -8,6 +8,9 @@ the ``SHARDS`` file kept beside the worker's local stores (a state directory res
 deployment). Local stores of an earlier generation (the ``GENERATION`` file) are a cache of state
 that moved: they are removed, and the worker rebuilds its shards from the current changelog.
 
+Replication: the topics a stage creates keep the copies :mod:`streams.runtime.replication` chooses
+(the settings, else the cluster's defaults, never below the input's), checked before anything is read.
+
 Record sizes: an input record may be up to ``max_record_bytes`` (16 MB by default), and the stages
 pass large records on (the page stage sends a page's body to ``unique-pages``, and to its shard
 topic when another worker owns the page's gather shard). So every topic a stage creates gets a
@@ -23,13 +26,16 @@ import dataclasses
 import gc
 import logging
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
 from streams.errors import ShardCountMismatch, StaleGeneration, StreamsError
+from streams.runtime.access import ClusterWatch
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
 from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
@@ -42,9 +48,10 @@ from streams.runtime.kafka_io import (
     output_limits,
     partition_count,
 )
+from streams.runtime.replication import for_stage as replication_for_stage
 from streams.runtime.shards import stage_dir
 from streams.runtime.stage import Stage
-from streams.runtime.store import private_dir
+from streams.runtime.store import disk_errors, private_dir
 from streams.runtime.topology import Topology
 from streams.topics import Topics
 
@@ -58,11 +65,16 @@ OUTPUT_HEADROOM = 1024 * 1024
 def check_local_shards(directory: Path, shards: int, generation: int = 0) -> None:
     """Record the shard count and generation beside the stores on first start; refuse a different
     count later, and replace the stores of an earlier generation."""
-    private_dir(directory)
-    _check_local_generation(directory, generation)
+    with disk_errors(directory):
+        private_dir(directory)
+        _check_local_generation(directory, generation)
+        _check_local_shard_count(directory, shards)
+
+
+def _check_local_shard_count(directory: Path, shards: int) -> None:
     marker = directory / "SHARDS"
     if not marker.exists():
-        marker.write_text(f"{shards}\n")
+        _write_marker(marker, shards)
         return
     found = int(marker.read_text().strip())
     if found != shards:
@@ -90,7 +102,22 @@ def _check_local_generation(directory: Path, generation: int) -> None:
     if found < generation and stores:
         log.warning("local state in %s was of generation %d, resharded since: rebuilding generation %d "
                     "from its changelog", directory, found, generation)
-    marker.write_text(f"{generation}\n")
+    _write_marker(marker, generation)
+
+
+def _write_marker(marker: Path, number: int) -> None:
+    """Write ``number`` to ``marker`` unless it holds it already; replaced whole, so a full disk
+    leaves the old marker rather than an empty one."""
+    text = f"{number}\n"
+    if marker.exists() and marker.read_text() == text:
+        return
+    staging = marker.with_suffix(".new")
+    try:
+        staging.write_text(text)
+    except OSError:
+        staging.unlink(missing_ok=True)
+        raise
+    os.replace(staging, marker)
 
 
 def generation_check(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str,
@@ -164,7 +191,11 @@ def run_stage(topology: Topology, stage: Stage, kafka: KafkaConfig, settings: Ru
     specs += [TopicSpec(topology.dead_letters, 1, sized)]
     specs += [TopicSpec(topic, settings.shards, sized, fixed_partitions=True) for topic in internal]
     specs += [TopicSpec(topology.changelog, settings.shards, {**COMPACTED, **sized}, fixed_partitions=True)]
-    ensure_topics(kafka, specs, topic_settings.replication_factor)
+    replication = replication_for_stage(
+        kafka, topic_settings, [*topology.input_topics],
+        [*internal, topology.changelog, topics.generations_topic(settings.app_id, name)],
+        [spec.name for spec in specs])
+    ensure_topics(kafka, specs, replication)
     limits = output_limits(kafka, [*topology.output_topics, topology.dead_letters, *internal,
                                    topology.changelog])
     # What a stage stores for a shard record may be as large as the record, and what it stores
@@ -172,13 +203,33 @@ def run_stage(topology: Topology, stage: Stage, kafka: KafkaConfig, settings: Ru
     changelog_limit = limits.pop(topology.changelog)
     for topic in internal:
         limits[topic] = min(limits[topic], changelog_limit)
+    used = [*internal, topology.changelog]
+    watch = ClusterWatch(kafka, topology.group, reads=[*topology.input_topics, *used],
+                         writes=[*topology.output_topics, topology.dead_letters, *used])
     engine = Engine(stage, topology, kafka, settings, output_limits=limits, drain=drain,
-                    assignment_check=check)
+                    assignment_check=check, watch=watch)
     engine.install_signal_handlers()
-    compiled = compiled_modules()
-    log.info("hot path %s", f"compiled with mypyc ({len(compiled)} modules)" if compiled else "interpreted")
+    try:  # the observer may refuse to start (a metrics port taken): close the engine's clients
+        watching = observer(engine) if observer is not None else UNOBSERVED
+    except BaseException:
+        engine.close()
+        raise
+    engine.lifecycle.started(start_facts(settings, kafka, generation, drain))
     tune_garbage_collector()
     if idle_exit_s is None:
         idle_exit_s = DRAIN_IDLE_EXIT_S if drain else math.inf
-    engine.run(idle_exit_s=idle_exit_s, observer=observer(engine) if observer is not None else UNOBSERVED)
+    engine.run(idle_exit_s=idle_exit_s, observer=watching)
     return engine
+
+
+def start_facts(settings: RuntimeSettings, kafka: KafkaConfig, generation: int,
+                drain: bool) -> dict[str, Any]:
+    """What the start line tells (:mod:`streams.runtime.lifecycle`)."""
+    from streams.version import package_version
+
+    compiled = compiled_modules()
+    return {"version": package_version(),
+            "build": f"compiled ({len(compiled)} modules)" if compiled else "pure Python",
+            "worker_id": settings.worker_id, "app_id": settings.app_id, "shards": settings.shards,
+            "generation": generation, "brokers": kafka.bootstrap_servers,
+            "mode": "drain" if drain else "run"}

@@ -25,8 +25,9 @@ from streams.runtime.clients import KafkaClients
 from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.recovery import recover
-from streams.runtime.store import PartitionStore
+from streams.runtime.store import PartitionStore, close_all
 from streams.runtime.store_spec import StateIdentity
 
 log = logging.getLogger(__name__)
@@ -44,13 +45,14 @@ class Shards:
 
     def __init__(self, shard_topics: Iterable[str], changelog: str, identity: StateIdentity,
                  open_store: StoreFactory, kafka: KafkaConfig, clients: KafkaClients,
-                 counters: Counters) -> None:
+                 counters: Counters, lifecycle: Lifecycle) -> None:
         self.topics = frozenset(shard_topics)
         self._changelog = changelog
         self._open = open_store
         self._kafka = kafka
         self._clients = clients
         self._counters = counters
+        self._lifecycle = lifecycle
         self.stores: dict[int, PartitionStore] = {}
         self.identities = ShardIdentities(identity)
         self.owned = OwnedShards(self.stores, self.identities.first_use)
@@ -60,7 +62,9 @@ class Shards:
         """Open, recover and check the stores of the shards newly assigned."""
         shards = sorted(self._of(partitions))
         opened = {shard: self._open(shard) for shard in shards if shard not in self.stores}
-        result = recover(self._kafka, opened, self._changelog, clients=self._clients)
+        result = recover(self._kafka, opened, self._changelog, clients=self._clients,
+                         watcher=self._lifecycle)
+        self._lifecycle.recovered(result.total, result.seconds)
         self._counters.recovered_records += result.total
         for partition, store in opened.items():
             self.identities.opened(partition, store)
@@ -91,6 +95,6 @@ class Shards:
                 store.close()
 
     def close(self) -> None:
-        for store in self.stores.values():
-            store.close()
+        stores = list(self.stores.values())
         self.stores.clear()
+        close_all(stores)

@@ -16,13 +16,15 @@ never ahead of its changelog; at worst it is one batch behind, and recovery repl
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from streams.errors import StateError
+from streams.errors import DiskFull, StateError, StreamsError
 from streams.runtime import rocks_tables
 from streams.runtime.rocks_tables import TableFormat
 
@@ -82,6 +84,48 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# How RocksDB's status says it (rocksdict raises it as a plain Exception, "IO error: No space left on
+# device: While appending to file: ..."): strerror(ENOSPC) and strerror(EDQUOT).
+NO_SPACE_TEXTS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether ``error`` says the filesystem is full (or the user's quota is)."""
+    if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
+        return True
+    return any(text in str(error) for text in NO_SPACE_TEXTS)
+
+
+def disk_full(path: Path) -> DiskFull:
+    """What a worker stops with when ``path``'s filesystem is full: one line naming the directory,
+    the space left there, and what to do."""
+    existing = next((folder for folder in (path, *path.parents) if folder.exists()), Path("/"))
+    stats = os.statvfs(existing)
+    free, total = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
+    return DiskFull(f"no space left for local state in {path}: {_mib(free)} free of {_mib(total)} on its "
+                    "filesystem; free space there, or move [runtime] state_dir (STREAMS_RUNTIME_STATE_DIR) "
+                    "to a larger disk, then start the worker again: it resumes from its last commit, its "
+                    "state catching up from the changelog")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
+@contextlib.contextmanager
+def disk_errors(path: Path) -> Iterator[None]:
+    """Raise :class:`DiskFull` for ``path`` in place of a no-space error (OS or RocksDB)."""
+    try:
+        yield
+    except StreamsError:
+        raise
+    except Exception as error:
+        if no_space(error):
+            raise disk_full(path) from error
+        raise
+
+
 def _decode_offset(raw: bytes | None) -> int | None:
     return None if raw is None else int(raw)
 
@@ -139,7 +183,14 @@ class RocksStore:
     """
 
     def __init__(self, path: Path, block_cache_mb: int = 64, *,
-                 plain_table_prefix_bytes: int | None = None) -> None:
+                 plain_table_prefix_bytes: int | None = None,
+                 memtable_mb: int = rocks_tables.MEMTABLE_MB) -> None:
+        self._path = path
+        with disk_errors(path):
+            self._open(path, block_cache_mb, plain_table_prefix_bytes, memtable_mb)
+
+    def _open(self, path: Path, block_cache_mb: int, plain_table_prefix_bytes: int | None,
+              memtable_mb: int) -> None:
         private_dir(path.parent)
         wanted: TableFormat = "block" if plain_table_prefix_bytes is None else "plain"
         prefix_bytes = len(DATA_PREFIX) + (plain_table_prefix_bytes or 0)
@@ -148,8 +199,8 @@ class RocksStore:
         if found is not None and found != wanted:
             rocks_tables.convert(path, found, wanted, block_cache_mb=block_cache_mb,
                                  prefix_bytes=prefix_bytes)
-        options = rocks_tables.options(wanted, block_cache_mb=block_cache_mb, prefix_bytes=prefix_bytes)
-        self._path = path
+        options = rocks_tables.options(wanted, block_cache_mb=block_cache_mb, prefix_bytes=prefix_bytes,
+                                       memtable_mb=memtable_mb)
         self.table_format = wanted
         self._db = rocks_tables.open_db(path, options)
         self._db.set_write_options(rocks_tables.without_wal())
@@ -182,7 +233,8 @@ class RocksStore:
                 batch.put(DATA_PREFIX + key, value)
         if changelog_offset is not None:
             batch.put(META_PREFIX + CHANGELOG_OFFSET.encode(), str(changelog_offset).encode())
-        self._db.write(batch)
+        with disk_errors(self._path):  # a memtable flush that failed fails the writes after it
+            self._db.write(batch)
 
     def changelog_offset(self) -> int | None:
         return _decode_offset(self.get_meta(CHANGELOG_OFFSET))
@@ -192,7 +244,8 @@ class RocksStore:
         return value
 
     def set_meta(self, name: str, value: bytes) -> None:
-        self._db.put(META_PREFIX + name.encode(), value)
+        with disk_errors(self._path):
+            self._db.put(META_PREFIX + name.encode(), value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Data keys in order (not the hot path: migrations, rebuilding a Bloom filter, tests)."""
@@ -227,7 +280,20 @@ class RocksStore:
         self._db.compact_range(None, None)
 
     def close(self) -> None:
-        self._db.close()
+        with disk_errors(self._path):  # closing flushes the memtable
+            self._db.close()
+
+
+def close_all(stores: Iterable[PartitionStore]) -> None:
+    """Close every store, even after one failed (each flushes its memtable); raise the first error."""
+    failures: list[Exception] = []
+    for store in stores:
+        try:
+            store.close()
+        except Exception as failure:  # noqa: BLE001 - raised below, once the others are closed
+            failures.append(failure)
+    if failures:
+        raise failures[0]
 
 
 def destroy(path: Path) -> None:

@@ -19,7 +19,8 @@ from streams.errors import ReshardRefused, StreamsError
 from streams.runtime.moves import StateMove
 from streams.runtime.store import PartitionStore, RocksStore
 
-StoreOpener = Callable[[Path, int, int], PartitionStore]  # (path, shard count, block cache MB)
+# (path, shard count, block cache MB, memtable MB)
+StoreOpener = Callable[[Path, int, int, int], PartitionStore]
 MoveFactory = Callable[[int, int], StateMove]  # (old shard count, new shard count)
 
 
@@ -48,8 +49,9 @@ def rocks_store(point_read_prefix_bytes: int | None) -> StoreOpener:
     """RocksDB, in PlainTable format for point reads hashed on ``point_read_prefix_bytes`` of each
     key (:mod:`streams.runtime.rocks_tables` says when that pays), else block-based with a cache."""
 
-    def open_store(path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
-        return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=point_read_prefix_bytes)
+    def open_store(path: Path, shards: int, block_cache_mb: int, memtable_mb: int) -> PartitionStore:
+        return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=point_read_prefix_bytes,
+                          memtable_mb=memtable_mb)
 
     return open_store
 

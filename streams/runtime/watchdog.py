@@ -41,9 +41,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from confluent_kafka import KafkaError, KafkaException
+
 log = logging.getLogger(__name__)
 
 EXIT_WEDGED = 75  # EX_TEMPFAIL: try again (sysexits.h)
+TRANSACTION_ATTEMPTS = 3  # each up to its own timeout: a broker stalled past the first one has been
+                          # fenced (broker.session.timeout.ms, 9 s) and its partitions led elsewhere
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 WedgedAction = Literal["restart", "exit"]
@@ -143,6 +147,24 @@ class Watchdog:
         finally:
             with self._lock:
                 self._call = None
+
+    def transactional(self, name: str, timeout_s: float, call: Callable[[], object]) -> None:
+        """A transactional producer call under :meth:`guard`, tried again when it fails with a
+        retriable error, as librdkafka documents for ``commit_transaction`` and its siblings (a
+        commit that timed out while a stalled broker held its records: the next attempt finds the
+        partitions' new leaders), at most :data:`TRANSACTION_ATTEMPTS` times. Abortable and fatal
+        errors are the caller's."""
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                with self.guard(name, timeout_s):
+                    call()
+                return
+            except KafkaException as error:
+                failure = error.args[0] if error.args else None
+                if (attempt == TRANSACTION_ATTEMPTS or not isinstance(failure, KafkaError)
+                        or not failure.retriable() or failure.txn_requires_abort() or failure.fatal()):
+                    raise
+                log.warning("%s failed (%s): trying again", name, failure.str())
 
     def request_stop(self) -> None:
         """The worker is stopping: a call that wedges from now on exits instead of restarting."""

@@ -232,12 +232,29 @@ def _host_is_canonical(host: str) -> bool:
     return True
 
 
-def fingerprint(canonical: str) -> bytes:
+def fingerprint(canonical: str, crawl: str = "") -> bytes:
     """128-bit MurmurHash3 (x64) of the canonical URL, 16 bytes big-endian: the dedup key.
+
+    With a ``crawl`` (a frontier record's ``crawl`` name), the hash of :func:`scoped`, the name and
+    the URL: a named crawl's URLs are keys of their own in the same seen-set, so a new crawl sees
+    none of another's URLs while both run on the same stage.
 
     ``hash_bytes`` gives the hash's bytes little-endian; reversed, they are the big-endian bytes of
     ``hash128``'s unsigned value, without building the integer."""
-    return mmh3.hash_bytes(canonical.encode())[::-1]
+    return mmh3.hash_bytes(scoped(canonical, crawl).encode())[::-1]
+
+
+def scoped(canonical: str, crawl: str) -> str:
+    """``"<crawl> <canonical>"``, or the URL alone outside a named crawl: what is hashed, and what
+    the seen-set keeps. A canonical URL holds no space (it is percent-encoded), so the last space
+    ends the name, whatever it holds (:func:`unscoped`)."""
+    return f"{crawl} {canonical}" if crawl else canonical
+
+
+def unscoped(value: str) -> tuple[str, str]:
+    """(crawl, canonical URL) of a :func:`scoped` value; the crawl is empty for an unnamed one."""
+    crawl, _, url = value.rpartition(" ")
+    return crawl, url
 
 
 def host_of(canonical_url: str) -> str:

@@ -1,11 +1,18 @@
-"""The Scrapy scheduler's offset bookkeeping: what a restarted or rebalanced process fetches again."""
+"""The Scrapy scheduler's offset bookkeeping (what a restarted or rebalanced process fetches again),
+and the verdicts a process waits for."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
+from twisted.internet.defer import Deferred
 
 from streams.integrations.offsets import Offsets
+from streams.integrations.verdicts import ABANDONED, Verdicts
 
 
 def _commit(offsets: Offsets) -> tuple[int, str]:
@@ -59,3 +66,109 @@ def test_after_a_restart_only_what_was_in_flight_is_fetched_again(finished: set[
     again.assigned(0, low, metadata)
     fetched = {offset for offset in range(low, 61) if again.take(0, offset)}
     assert fetched == set(range(61)) - finished
+
+
+def test_a_held_offset_is_done_once_its_own_work_and_every_hold_are() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    offsets.take(0, 0)
+    first, second = offsets.hold(0, 0), offsets.hold(0, 0)
+    assert first is not None and second is not None and first != second
+    offsets.finish(0, 0)  # its callback is done; two requests it made are fetched here still
+    offsets.unhold(0, 0, first)
+    offsets.unhold(0, 0, first)  # twice for one token changes nothing
+    assert _commit(offsets) == (0, "")
+    offsets.unhold(0, 0, second)
+    assert _commit(offsets) == (1, "")
+
+
+def test_holds_before_the_offsets_own_work_and_skips_and_releases() -> None:
+    offsets = Offsets()
+    offsets.assigned(0, 0, None)
+    offsets.take(0, 0)
+    token = offsets.hold(0, 0)
+    assert token is not None
+    offsets.unhold(0, 0, token)  # the held request finished first: the offset waits for its own work
+    assert _commit(offsets) == (0, "")
+    offsets.finish(0, 0)
+    offsets.skip(0, 1)  # another crawl's record: done at once, nothing to fetch again after a crash
+    assert offsets.count_in_flight == 1 and _commit(offsets) == (2, "")
+    assert offsets.hold(0, 5) is None  # not in flight here
+    offsets.take(0, 2)
+    offsets.hold(0, 2)
+    offsets.release(0, set())  # the partition goes: in flight here counts done, its holds forgotten
+    assert _commit(offsets) == (3, "")
+
+
+class _Message:
+    def __init__(self, verdict: dict[str, object], written_s: float) -> None:
+        self._value, self._written_ms = orjson.dumps(verdict), int(written_s * 1000)
+
+    def error(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._written_ms)
+
+
+class _Stats(dict[str, float]):
+    def inc_value(self, key: str, count: float = 1, start: float = 0) -> None:
+        self[key] = self.get(key, start) + count
+
+    def set_value(self, key: str, value: float) -> None:
+        self[key] = value
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.pending: list[_Message] = []
+
+    def consume(self, limit: int, timeout: float) -> list[_Message]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def _verdicts(timeout_s: float = 30.0) -> tuple[Verdicts, _Reader]:
+    reader = _Reader()
+    return Verdicts(reader, timeout_s, _Stats()), reader  # type: ignore[arg-type]
+
+
+def _answer(deferred: Deferred[Any]) -> list[Any]:
+    got: list[Any] = []
+    deferred.addCallback(got.append)
+    return got
+
+
+def test_a_url_fetched_twice_at_once_gets_one_verdict_per_fetch_in_order() -> None:
+    verdicts, reader = _verdicts()
+    for _ in range(2):
+        verdicts.expect("http://a.example/")
+    first, second = (_answer(verdicts.verdict("http://a.example/")) for _ in range(2))
+    reader.pending = [_Message({"url": "http://a.example/", "verdict": "unique"}, time.time()),
+                      _Message({"url": "http://b.example/", "verdict": "unique"}, time.time())]  # not ours
+    verdicts.turn(time.monotonic())
+    assert (first, second) == ([{"url": "http://a.example/", "verdict": "unique"}], [])
+    reader.pending = [_Message({"url": "http://a.example/", "verdict": "duplicate"}, time.time())]
+    verdicts.turn(time.monotonic())
+    assert second == [{"url": "http://a.example/", "verdict": "duplicate"}]
+    assert not verdicts.waiting and not verdicts.judged("http://a.example/")
+
+
+def test_a_verdict_before_its_page_asks_is_kept_and_a_late_one_times_out_or_is_abandoned() -> None:
+    verdicts, reader = _verdicts(timeout_s=5)
+    verdicts.expect("http://early.example/")
+    reader.pending = [_Message({"url": "http://early.example/", "verdict": "unique"}, time.time())]
+    verdicts.turn(time.monotonic())
+    assert _answer(verdicts.verdict("http://early.example/")) == [{"url": "http://early.example/",
+                                                                   "verdict": "unique"}]
+    assert _answer(verdicts.verdict("http://not-judged.example/")) == [None]
+    verdicts.expect("http://late.example/")
+    verdicts.expect("http://closing.example/")
+    late = _answer(verdicts.verdict("http://late.example/"))
+    verdicts.turn(time.monotonic() + 6)  # past the deadline: parsed without a verdict
+    closing = _answer(verdicts.verdict("http://closing.example/"))
+    verdicts.abandon()
+    assert (late, closing) == ([None], [ABANDONED]) and not verdicts.waiting

@@ -106,7 +106,7 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     command = _worker(kafka, prefix, tmp_path / "state", "w0", *(paced or ["--batch-max-messages", "50"]))
     if page_cache_mb is not None:
         command.insert(1, f"STREAMS_CONTENT_SEEN_PAGE_CACHE_MB={page_cache_mb}")
-        command[command.index("content-seen"):command.index("content-seen")] = ["--log-level", "INFO"]
+        command[command.index("content-seen"):command.index("content-seen")] = ["--log-level", "DEBUG"]
     group = f"{prefix}app.content-seen"
     report = h.run_with_kills(
         command, lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),

@@ -6,9 +6,6 @@ consumer lag is non-zero for a while; the test scrapes ``/metrics`` until it see
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,12 +13,11 @@ from pathlib import Path
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams import config
-from streams.dev.demo import free_port
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from testing import harness as h
-from testing.cli import PROJECT_ROOT, run_cli
+from testing.cli import run_cli
+from testing.operated import Worker, worker_env
 
 BACKLOG = 60_000
 
@@ -42,17 +38,16 @@ def test_metrics_endpoint_serves_lag_during_a_run(kafka: KafkaConfig, prefix: st
     h.create_topics(kafka, [topics.frontier], 4)
     h.produce(kafka, topics.frontier, ((None, orjson.dumps({"url": f"http://h{i % 50}.example/{i % 20_000}"}))
                                         for i in range(BACKLOG)))
-    port = free_port()
-    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers, "STREAMS_METRICS_PORT": str(port),
-           "STREAMS_METRICS_LAG_INTERVAL_S": "0.3"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "streams", "url-dedup", "--topic-prefix", prefix, "--app-id", "app",
-         "--worker-id", "w0", "--state-dir", str(tmp_path), "--shards", "4", "--batch-max-messages", "200",
-         "--idle-exit-s", "5"], env=env, cwd=PROJECT_ROOT, stderr=subprocess.PIPE)
+    env = worker_env(kafka.bootstrap_servers, STREAMS_METRICS_LAG_INTERVAL_S="0.3")
+    worker = Worker(["url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
+                     "--state-dir", str(tmp_path), "--shards", "4", "--batch-max-messages", "200",
+                     "--idle-exit-s", "5"], env)
+    port = worker.port
     try:
         lag = _wait_for_lag(port, worker)
         assert any(value > 0 for value in lag.values()), lag
-        assert all(f"'consumergroup': '{topics.group('app', 'url-dedup')}'" in key for key in lag)
+        assert all(f"'group': '{topics.group('app', 'url-dedup')}'" in key and "'stage': 'url-dedup'" in key
+                   for key in lag)
         listed = run_cli(kafka, "lag", "--topic-prefix", prefix, "--app-id", "app", "--stage", "url-dedup",
                          "--json")
         assert listed.returncode == 0, listed.stderr.decode()
@@ -60,9 +55,8 @@ def test_metrics_endpoint_serves_lag_during_a_run(kafka: KafkaConfig, prefix: st
         assert {row["topic"] for row in rows} == {topics.frontier, topics.shards("app", "url-dedup")}
         final = _wait_until_done(port, worker)
     finally:
-        worker.terminate()
-        _, stderr = worker.communicate(timeout=60)
-    assert worker.returncode == 0, stderr.decode()[-3000:]
+        code = worker.stop()
+    assert code == 0, worker.log()
     decisions = _lag_series(final, "crawl_dedup_decisions_total")
     assert sum(decisions.values()) == BACKLOG
     frontier_in = ("crawl_dedup_records_in_total", (("stage", "url-dedup"), ("topic", topics.frontier)))
@@ -71,21 +65,21 @@ def test_metrics_endpoint_serves_lag_during_a_run(kafka: KafkaConfig, prefix: st
     assert 0 < final[("crawl_dedup_duplicate_ratio", (("stage", "url-dedup"),))] < 1
 
 
-def _wait_for_lag(port: int, worker: subprocess.Popen[bytes], timeout_s: float = 60) -> dict[str, float]:
+def _wait_for_lag(port: int, worker: Worker, timeout_s: float = 60) -> dict[str, float]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert worker.poll() is None, "the worker exited before its lag was seen"
+        assert worker.process.poll() is None, "the worker exited before its lag was seen"
         try:
-            lag = _lag_series(_scrape(port), "kafka_consumergroup_lag")
+            lag = _lag_series(_scrape(port), "crawl_dedup_consumer_lag_records")
         except OSError:
             lag = {}
         if any(value > 0 for value in lag.values()):
             return lag
         time.sleep(0.2)
-    raise AssertionError("no non-zero kafka_consumergroup_lag series")
+    raise AssertionError("no non-zero crawl_dedup_consumer_lag_records series")
 
 
-def _wait_until_done(port: int, worker: subprocess.Popen[bytes], timeout_s: float = 120) -> dict[
+def _wait_until_done(port: int, worker: Worker, timeout_s: float = 120) -> dict[
         tuple[str, tuple[tuple[str, str], ...]], float]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

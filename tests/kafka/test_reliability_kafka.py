@@ -94,17 +94,20 @@ def _check(deployment: r.Deployment) -> dict[str, dict[str, object]]:
 
 
 def _recovered(worker: r.Worker, run: int) -> int:
-    """Changelog records the worker's ``run``-th start (from 1) restored (its INFO log)."""
-    return sum(int(n) for n in re.findall(r"recovered \S+: (\d+) records", worker.runs()[run - 1]))
+    """Changelog records the worker's ``run``-th start (from 1) restored (its ``ready:`` lines)."""
+    return sum(int(n) for n in re.findall(r"ready: state caught up with the changelog \((\d+) records",
+                                          worker.runs()[run - 1]))
 
 
-SHARD_PARTITION = re.compile(r"\.(?:shards|probes|gather)\[(\d+)\]")  # a partition of an internal topic
+def _owned_shards(line: str) -> set[int]:
+    """The shards an ``assignment:`` lifecycle line says the worker owns."""
+    found = re.search(r"assignment: owns shards ([\d, ]+) and ", line)
+    return set() if found is None else {int(n) for n in found[1].split(", ")}
 
 
 def _assigned_shards(worker: r.Worker, run: int) -> set[int]:
-    """Shards the worker's ``run``-th start (from 1) was ever assigned (its INFO log)."""
-    return {int(n) for line in worker.runs()[run - 1].splitlines() if " assigned " in line
-            for n in SHARD_PARTITION.findall(line)}
+    """Shards the worker's ``run``-th start (from 1) was ever assigned (its ``assignment:`` lines)."""
+    return {shard for line in worker.runs()[run - 1].splitlines() for shard in _owned_shards(line)}
 
 
 # -- 1. the state directory deleted ------------------------------------------------------------------
@@ -193,8 +196,8 @@ def test_scale_out_and_in_mid_stream(kafka: KafkaConfig, prefix: str, tmp_path: 
         for worker in deployment.workers:
             assert _assigned_shards(worker, 1), f"{worker.name} never held a shard"
         for worker in deployment.workers[:3]:  # a took b's shards back
-            last = [line for line in worker.runs()[0].splitlines() if " assigned " in line][-1]
-            assert len(set(SHARD_PARTITION.findall(last))) == deployment.shards, last
+            last = [line for line in worker.runs()[0].splitlines() if " assignment: " in line][-1]
+            assert len(_owned_shards(last)) == deployment.shards, last
         _check(deployment)
     finally:
         deployment.kill_all()

@@ -20,7 +20,7 @@ from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 from testing import harness as h
 from testing import scrapy_site
-from testing.scrapy import read_items, stage_settings, start_scrapy, start_stage, wait_until_running
+from testing.scrapy import read_items, stage_settings, start_scrapy, start_stage, stats, wait_until_running
 
 pytest.importorskip("scrapy")
 
@@ -57,6 +57,14 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
     planted = {url for cluster in site.clusters for url in cluster}
     assert {url for url in every_page if url not in planted} <= set(parsed)
     assert all(read_items([path]) for path in items), "a process parsed nothing: the crawl was not shared"
+    logs = [(tmp_path / f"scrapy{n}.log").read_text() for n in range(2)]
+    assert all("all 1 start URLs are new to the URL stage" in log for log in logs)  # both processes, one run
+    counts = [stats(log) for log in logs]
+    for count in counts:  # Scrapy's scheduler stats, and the verdict waits, per process
+        assert count["scheduler/dequeued"] == count["scheduler/dequeued/kafka"] \
+            == count["downloader/request_count"] == count["downloader/response_status_count/200"]
+        assert count["crawl_dedup/verdict_waits"] == count["downloader/request_count"]
+        assert count["crawl_dedup/verdict_wait_s"] > 0 and count["dupefilter/filtered"] > 0
 
 
 def test_killing_a_scrapy_process_and_a_stage_worker_loses_no_url(kafka: KafkaConfig, prefix: str,

@@ -120,9 +120,11 @@ def test_canonical_spellings_are_one_url(kafka: KafkaConfig, prefix: str, tmp_pa
 
 
 def test_a_new_profile_is_refused_until_migrated(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
-    _frontier(kafka, prefix, [orjson.dumps({"url": "http://www.shop.example/item?utm_source=a&id=1"})])
+    """A URL of a named crawl is re-fingerprinted within its crawl."""
+    first, again = "http://www.shop.example/item?utm_source=a&id=1", "http://shop.example/item?id=1&utm_medium=b"
+    _frontier(kafka, prefix, [orjson.dumps({"url": first}), orjson.dumps({"url": first, "crawl": "june"})])
     _url_dedup(kafka, prefix, tmp_path)
-    _frontier(kafka, prefix, [orjson.dumps({"url": "http://shop.example/item?id=1&utm_medium=b"})])
+    _frontier(kafka, prefix, [orjson.dumps({"url": again}), orjson.dumps({"url": again, "crawl": "june"})])
     refused = run_cli(kafka, "url-dedup", "--topic-prefix", prefix, "--app-id", "app", "--worker-id", "w0",
                       "--state-dir", str(tmp_path), "--shards", "4", "--idle-exit-s", "2",
                       "--profile", "aggressive")
@@ -131,9 +133,9 @@ def test_a_new_profile_is_refused_until_migrated(kafka: KafkaConfig, prefix: str
     migrated = run_cli(kafka, "url-dedup-migrate", "--topic-prefix", prefix, "--app-id", "app",
                        "--profile", "aggressive")
     assert migrated.returncode == 0, migrated.stderr.decode()
-    assert b"re-fingerprinted 1 URLs: 1 moved" in migrated.stdout
+    assert b"re-fingerprinted 2 URLs: 2 moved" in migrated.stdout
     _url_dedup(kafka, prefix, tmp_path, "--profile", "aggressive")
-    assert _urls(kafka, prefix) == ["http://www.shop.example/item?utm_source=a&id=1"]  # no second one
+    assert _urls(kafka, prefix) == [first, first]  # no second one in either crawl
 
 
 def _plant_version_1_state(kafka: KafkaConfig, prefix: str, urls: list[str], shards: int) -> None:

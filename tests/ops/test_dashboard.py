@@ -1,23 +1,23 @@
 """The Grafana dashboard (ops/grafana/dashboards/crawl-dedup.json) cannot be rendered here: check it.
 
 It must parse, query only the metrics the workers export (names below, as streams.ops.metrics
-exports them, and kafka_exporter's names for lag), show every one of them, and use the Prometheus
-datasource that the provisioning file defines, by uid.
+exports them, and the standard process collector's), show every one of them, and use the
+Prometheus datasource that the provisioning file defines, by uid. That every query returns data
+from real workers is checked against a real Prometheus (tests/kafka/test_prometheus_kafka.py).
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from testing.dashboard import dashboard as read_dashboard
+from testing.dashboard import panels, queries
+
 ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "ops" / "grafana" / "dashboards" / "crawl-dedup.json"
 DATASOURCES = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 
 COUNTERS = {
@@ -27,15 +27,19 @@ COUNTERS = {
     "crawl_dedup_race_matches_total",
 }
 GAUGES = {
-    "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_rate",
-    "crawl_dedup_state_bytes", "kafka_consumergroup_lag", "kafka_consumergroup_lag_sum",
+    "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_ratio",
+    "crawl_dedup_state_bytes", "crawl_dedup_consumer_lag_records", "crawl_dedup_build_info",
+    "crawl_dedup_ready", "crawl_dedup_last_commit_timestamp_seconds",
+    "crawl_dedup_recovery_remaining_records", "crawl_dedup_recovery_progress_ratio",
 }
 HISTOGRAMS = {"crawl_dedup_batch_seconds", "crawl_dedup_record_age_seconds"}
+# The standard collectors' series the dashboard shows (prometheus_client's process collector).
+STANDARD = {"process_resident_memory_bytes", "process_cpu_seconds_total"}
 # The series names Prometheus stores: a histogram is scraped as its _bucket, _sum and _count series.
-SERIES = COUNTERS | GAUGES | {f"{name}{suffix}" for name in HISTOGRAMS
-                              for suffix in ("_bucket", "_sum", "_count")}
-LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "consumergroup", "partition", "le",
-          "job", "instance"}
+SERIES = COUNTERS | GAUGES | STANDARD | {f"{name}{suffix}" for name in HISTOGRAMS
+                                         for suffix in ("_bucket", "_sum", "_count")}
+LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "group", "partition", "le",
+          "job", "instance", "version", "compiled", "librdkafka"}
 
 # PromQL words that are neither metrics nor labels (functions are told apart by the "(" after them).
 _KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
@@ -70,29 +74,6 @@ def query_names(query: str) -> tuple[set[str], set[str]]:
     return metrics, labels | {match[2]}
 
 
-def _dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return loaded
-
-
-def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
-        yield panel
-        yield from _panels(panel.get("panels", []))
-
-
-def _queries() -> Iterator[tuple[str, str]]:
-    """(where, PromQL) for every panel target and every query variable."""
-    dashboard = _dashboard()
-    for panel in _panels(dashboard["panels"]):
-        for target in panel.get("targets", []):
-            yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
-    for variable in dashboard.get("templating", {}).get("list", []):
-        if variable.get("type") == "query":
-            query = variable["query"]
-            yield f"variable {variable['name']}", query["query"] if isinstance(query, dict) else query
-
-
 def _datasource_uid() -> str:
     datasources = yaml.safe_load(DATASOURCES.read_text())["datasources"]
     (prometheus,) = [source for source in datasources if source["type"] == "prometheus"]
@@ -111,17 +92,17 @@ def test_promql_names() -> None:
 
 
 def test_dashboard_parses() -> None:
-    dashboard = _dashboard()
+    dashboard = read_dashboard()
     assert dashboard["uid"] and dashboard["title"]
     assert 36 <= dashboard["schemaVersion"] <= 41
-    ids = [panel["id"] for panel in _panels(dashboard["panels"])]
+    ids = [panel["id"] for panel in panels(dashboard["panels"])]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
-    for panel in _panels(dashboard["panels"]):
+    for panel in panels(dashboard["panels"]):
         grid = panel["gridPos"]
         assert grid["x"] >= 0 and grid["w"] > 0 and grid["x"] + grid["w"] <= 24, panel["title"]
 
 
-@pytest.mark.parametrize(("where", "expr"), list(_queries()))
+@pytest.mark.parametrize(("where", "expr"), list(queries()))
 def test_queries_use_exported_metrics(where: str, expr: str) -> None:
     metrics, labels = query_names(expr)
     assert metrics, f"{where}: no metric in {expr!r}"
@@ -131,18 +112,18 @@ def test_queries_use_exported_metrics(where: str, expr: str) -> None:
 
 def test_every_metric_is_shown() -> None:
     used: set[str] = set()
-    for _, expr in _queries():
+    for _, expr in queries():
         used |= query_names(expr)[0]
-    shown = {name if name in COUNTERS | GAUGES else re.sub(r"_(bucket|sum|count)$", "", name)
+    shown = {name if name in COUNTERS | GAUGES | STANDARD else re.sub(r"_(bucket|sum|count)$", "", name)
              for name in used}
     assert shown >= COUNTERS | GAUGES | HISTOGRAMS, sorted(COUNTERS | GAUGES | HISTOGRAMS - shown)
 
 
 def test_datasource_is_the_provisioned_one() -> None:
     uid = _datasource_uid()
-    dashboard = _dashboard()
-    sources = [panel.get("datasource") for panel in _panels(dashboard["panels"]) if panel["type"] != "row"]
-    sources += [target.get("datasource") for panel in _panels(dashboard["panels"])
+    dashboard = read_dashboard()
+    sources = [panel.get("datasource") for panel in panels(dashboard["panels"]) if panel["type"] != "row"]
+    sources += [target.get("datasource") for panel in panels(dashboard["panels"])
                 for target in panel.get("targets", [])]
     sources += [variable.get("datasource") for variable in dashboard["templating"]["list"]
                 if variable.get("type") == "query"]
@@ -164,13 +145,14 @@ def test_metric_list_matches_the_workers() -> None:
     registered: set[str] = set()
     for family in metrics.WorkerMetrics("url-dedup").registry.collect():
         registered.add(f"{family.name}_total" if family.type == "counter" else family.name)
-    assert registered == COUNTERS | GAUGES | HISTOGRAMS
+    assert {name for name in registered if name.startswith("crawl_dedup_")} == COUNTERS | GAUGES | HISTOGRAMS
+    assert registered >= STANDARD
 
 
 def test_duplicate_decisions_match_the_workers() -> None:
     """The dashboard's windowed duplicate ratio counts the decisions the since-start gauge counts."""
     pytest.importorskip("prometheus_client")
     metrics = pytest.importorskip("streams.ops.metrics")
-    matched = {decision for _, expr in _queries() for alternatives in re.findall(r'decision=~"([^"]*)"', expr)
+    matched = {decision for _, expr in queries() for alternatives in re.findall(r'decision=~"([^"]*)"', expr)
                for decision in alternatives.split("|")}
     assert matched == set(metrics.DUPLICATE_DECISIONS)

@@ -30,6 +30,7 @@ from streams.stages.content_seen.stage import ContentSeenSettings
 from streams.stages.revisit.allocation import RATE_BINS
 from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
 from streams.stages.revisit.history import FetchHistory, encode_history
+from streams.stages.revisit.hosts import HostChanges, host_key
 from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, RevisitMove, merge_budgets
 from streams.topics import Topics
 
@@ -241,6 +242,21 @@ def test_a_revisit_state_without_budgets_moves_only_its_histories() -> None:
     move = RevisitMove(2, 3)
     assert len(list(move.place(0, HISTORY_PREFIX + fingerprint(1), history(4)))) == 1
     assert list(move.finish()) == []
+
+
+def test_revisit_host_priors_are_added_up_and_split_over_the_new_shards() -> None:
+    """A host's changes are per shard (its pages there): the new shards get even shares of the sum."""
+    move = RevisitMove(2, 4)
+    assert list(move.place(0, host_key("example.com"), HostChanges(3.0, 1000.0, 50.0).encode())) == []
+    assert list(move.place(1, host_key("example.com"), HostChanges(1.0, 600.0, 50.0).encode())) == []
+    move.place(1, host_key("other.example"), HostChanges(2.0, 80.0, 50.0).encode())
+    placed = list(move.finish())
+    hosts = [(shard, key, HostChanges.decode(value)) for shard, key, value in placed if key.startswith(b"p")]
+    assert sorted((shard, key) for shard, key, _ in hosts) == sorted(
+        (shard, host_key(host)) for shard in range(4) for host in ("example.com", "other.example"))
+    for _, key, state in hosts:
+        expected = (1.0, 400.0) if key == host_key("example.com") else (0.5, 20.0)
+        assert (state.changes, state.watched_s) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("key", [b"meta:other", b"x" + fingerprint(1), HISTORY_PREFIX + fingerprint(1)[:15],

@@ -10,10 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.errors import StateError
+from streams.errors import DiskFull, StateError
 from streams.runtime import rocks_tables
 from streams.runtime.batch import BatchState
-from streams.runtime.store import FORMAT_VERSION_KEY, MemoryStore, PartitionStore, RocksStore
+from streams.runtime.store import (
+    FORMAT_VERSION_KEY,
+    MemoryStore,
+    PartitionStore,
+    RocksStore,
+    disk_errors,
+    no_space,
+)
 from streams.stages.url_dedup.bloom_store import BloomFrontStore
 
 
@@ -186,3 +193,40 @@ def test_table_format_on_disk(tmp_path: Path) -> None:
     RocksStore(tmp_path / "plain", plain_table_prefix_bytes=4).close()
     assert rocks_tables.format_on_disk(tmp_path / "block") == "block"
     assert rocks_tables.format_on_disk(tmp_path / "plain") == "plain"
+
+
+# -- a full disk (issue 37) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("error", "full"), [
+    (OSError(28, "No space left on device"), True),
+    (OSError(122, "Disk quota exceeded"), True),
+    (Exception("IO error: No space left on device: While appending to file: /s/000008.sst: No space "
+               "left on device"), True),  # RocksDB's status, as rocksdict raises it
+    (OSError(13, "Permission denied"), False),
+    (Exception("Corruption: block checksum mismatch"), False),
+])
+def test_a_full_disk_is_told_apart(error: BaseException, full: bool) -> None:
+    assert no_space(error) is full
+
+
+def test_a_full_disk_stops_with_one_line_naming_the_directory(tmp_path: Path) -> None:
+    shard = tmp_path / "state" / "app" / "url-dedup" / "w0" / "shard-0001"
+    with pytest.raises(DiskFull) as raised, disk_errors(shard):
+        raise Exception("IO error: No space left on device: While appending to file")
+    text = str(raised.value)
+    assert "\n" not in text
+    assert text.startswith(f"no space left for local state in {shard}: ") and " MiB free of " in text
+    assert "start the worker again" in text
+    with pytest.raises(PermissionError), disk_errors(shard):  # anything else passes through
+        raise PermissionError(13, "Permission denied")
+
+
+def test_a_small_memtable_reaches_the_disk_early(tmp_path: Path) -> None:
+    """``rocksdb_memtable_mb``: a store flushes in steps of it (what the full-disk test relies on)."""
+    store = RocksStore(tmp_path / "s", memtable_mb=1)
+    try:
+        for batch in range(40):
+            store.apply({os.urandom(16): os.urandom(100) for _ in range(1000)}, batch)
+        assert list((tmp_path / "s").glob("*.sst")), "4 MB written, nothing flushed with a 1 MB memtable"
+    finally:
+        store.close()

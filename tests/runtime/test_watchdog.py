@@ -13,11 +13,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from streams.runtime.watchdog import EXIT_WEDGED, Watchdog
+from streams.runtime.watchdog import EXIT_WEDGED, TRANSACTION_ATTEMPTS, Watchdog
 
 
 def _watchdog(acted: list[str], grace_s: float = 0.2) -> Watchdog:
@@ -120,3 +122,40 @@ def test_sigterm_while_wedged_exits_instead_of_restarting(tmp_path: Path) -> Non
     output, _ = child.communicate(timeout=30)
     assert child.returncode == EXIT_WEDGED, output
     assert (tmp_path / "runs").read_text().count("run") == 1
+
+
+def _failing(errors: list[KafkaError]) -> tuple[list[int], Callable[[], None]]:
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise KafkaException(errors[len(calls) - 1])
+
+    return calls, call
+
+
+TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+
+
+@pytest.mark.parametrize(("errors", "calls", "raises"), [
+    ([], 1, False),
+    ([TIMED_OUT], 2, False),                     # a commit that timed out while a leader was stalled
+    ([TIMED_OUT, TIMED_OUT], 3, False),
+    ([TIMED_OUT] * TRANSACTION_ATTEMPTS, TRANSACTION_ATTEMPTS, True),       # bounded
+    ([KafkaError(KafkaError._STATE, "abort", retriable=True, txn_requires_abort=True)], 1, True),
+    ([KafkaError(KafkaError._FENCED, "fenced", fatal=True)], 1, True),
+    ([KafkaError(KafkaError._INCONSISTENT, "not retriable")], 1, True),
+])
+def test_transactional_calls_are_tried_again_only_when_retriable(errors: list[KafkaError], calls: int,
+                                                                  raises: bool) -> None:
+    """librdkafka: a retriable error of commit_transaction (and its siblings) may be retried; an
+    abortable or fatal one is the engine's to handle (abort, or stop)."""
+    made, call = _failing(errors)
+    watchdog = _watchdog([])
+    if raises:
+        with pytest.raises(KafkaException):
+            watchdog.transactional("commit_transaction", 1.0, call)
+    else:
+        watchdog.transactional("commit_transaction", 1.0, call)
+    assert len(made) == calls

@@ -17,6 +17,9 @@ CRAWL_DEDUP_IDLE_CLOSE_S = 10
 # CRAWL_DEDUP_BOOTSTRAP_SERVERS = "127.0.0.1:19092"   # default: KAFKA_BOOTSTRAP_SERVERS
 # CRAWL_DEDUP_TOPIC_PREFIX = "crawl."
 # CRAWL_DEDUP_KAFKA = {"security.protocol": "SASL_SSL", ...}   # passed to librdkafka
+# A run resumes the crawl the stages know (the log says how many start URLs were seen before);
+# a new crawl id, the same in every process, is a new crawl that sees none of the earlier URLs:
+# CRAWL_DEDUP_CRAWL_ID = "site-2024-06"
 
 ROBOTSTXT_OBEY = False
 CONCURRENT_REQUESTS = 16

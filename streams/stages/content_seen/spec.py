@@ -25,5 +25,5 @@ SPEC = StageSpec(
     "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
     outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
     internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
-    decisions=("unique", "exact", "near", "skipped"),
+    decisions=("unique", "exact", "near", "skipped"), race_events=("in_time", "late"),
     settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")

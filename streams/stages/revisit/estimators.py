@@ -32,6 +32,13 @@ then stop visiting the page. :func:`no_change_rate` gives ``0.5 / T`` instead: e
 ``T`` would have been seen, so this is a Poisson count of 0 over an exposure ``T``, and ``0.5 / T`` is
 the posterior mean of its rate under Jeffreys' prior (``lambda^-1/2``; posterior Gamma(1/2, T)).
 It shrinks as the page keeps not changing.
+
+The stage estimates with :func:`posterior_rate` (:func:`estimate_rate` with a :class:`Prior`): the
+irregular-access likelihood over the window, plus the page's older history as Poisson counts and
+its host's Gamma prior (:mod:`streams.stages.revisit.hosts`, empirical Bayes), so that quiet pages
+are told apart by how long they have been watched and by their site, and real change, which comes
+in bursts and in site-wide batches rather than as a Poisson process, is counted once per fetch
+interval in which it was seen (docs/revisit.md, "Change-rate estimators").
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from streams.stages.revisit.history import FetchHistory, Observation
 
@@ -123,20 +131,97 @@ def _known_unchanged_s(observation: Observation) -> float:
     return min(observation.modified_age_s, observation.interval_s)
 
 
-def estimate_rate(history: FetchHistory) -> float | None:
-    """The page's change rate (per second) from its window of observations; ``None`` before any.
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """A Gamma prior on a page's rate: ``shape`` pseudo-changes seen over ``exposure_s`` pseudo-seconds
+    (mean ``shape / exposure_s``); :mod:`streams.stages.revisit.hosts` gives each page its host's."""
 
-    Last-Modified ages are used when the server's Last-Modified is trusted (it has moved exactly
-    when the content did, :attr:`FetchHistory.last_modified_trusted`), every change in the window
-    has an age, at least two changes were seen (with one, the bias-reduced form is 0) and the ages
-    add up to some time; otherwise the intervals alone.
+    shape: float
+    exposure_s: float
+
+    @classmethod
+    def with_mean(cls, rate_per_s: float, shape: float) -> Prior:
+        if rate_per_s <= 0 or shape <= 0:
+            raise ValueError(f"a prior needs a positive mean and shape: {rate_per_s}, {shape}")
+        return cls(shape, shape / rate_per_s)
+
+
+def posterior_rate(observations: Sequence[Observation], prior: Prior, older_changes: float = 0.0,
+                   older_s: float = 0.0) -> float:
+    """The page's rate from its window of fetches, its older history and its host's prior.
+
+    Solves, for ``lambda``,
+
+        sum over changed intervals t_c / expm1(lambda t_c) + (alpha + X_o) / lambda
+            = beta + T_o + sum over unchanged intervals t_u
+
+    Cho and Garcia-Molina's likelihood equation for irregular access (:func:`irregular_rate`) with
+    two more terms of Poisson counts: the prior's ``alpha`` changes over ``beta`` seconds, and the
+    older history, summarised as ``X_o`` changes over ``T_o`` seconds (:func:`older_history`), so that
+    the window keeps following a page whose pace drifts while the time a page has been watched is
+    never forgotten. With no change at all it is ``(alpha + X_o) / (beta + T_o + T)``, the posterior
+    mean of a Poisson rate with a Gamma(alpha, beta) prior; when every change was seen one by one
+    (intervals short beside ``1 / lambda``), ``(alpha + X_o + X) / (beta + T_o + T)``, the same.
+    So a quiet page's estimate falls with the time it has been watched, from its host's mean, and
+    does not floor where every other quiet page's does. A window whose every fetch saw a change
+    stays finite (the right-hand side is at least ``beta > 0``), which the half-observation
+    correction of :func:`irregular_rate` was for.
+
+    ``phi(lambda)`` (left minus right) is convex and decreasing, ``A / lambda - C - R <= phi <= A /
+    lambda - R`` with ``A = X + alpha + X_o``, ``C`` the changed intervals' sum and ``R`` the right-hand
+    side, so the root lies in ``[A / (R + C), A / R]`` and Newton's method from the left end rises
+    monotonically to it.
+    """
+    changed = [o.interval_s for o in observations if o.changed]
+    pseudo = prior.shape + older_changes
+    right = prior.exposure_s + older_s + sum(o.interval_s for o in observations if not o.changed)
+    if not changed:
+        return pseudo / right
+    counts = len(changed) + pseudo
+    rate, high = counts / (right + sum(changed)), counts / right
+    for _ in range(_NEWTON_STEPS):
+        value, slope = _phi(rate, changed, right)
+        value += pseudo / rate
+        slope -= pseudo / (rate * rate)
+        step = value / slope
+        rate -= step
+        if not step <= 0 or abs(step) <= _RELATIVE_TOLERANCE * rate:
+            break
+    return min(rate, high) if math.isfinite(rate) else high
+
+
+def older_history(history: FetchHistory) -> tuple[float, float]:
+    """(changes, seconds) of the page's history before its window of observations: what
+    :attr:`FetchHistory.changes` and the time since the first fetch hold beyond the window."""
+    window = history.observations
+    changes = max(0, history.changes - sum(o.changed for o in window))
+    watched_s = max(0.0, history.last_fetch_s - history.first_fetch_s - sum(o.interval_s for o in window))
+    return float(changes), watched_s
+
+
+def estimate_rate(history: FetchHistory, prior: Prior | None = None) -> float | None:
+    """The page's change rate (per second) from its history; ``None`` before any observation.
+
+    With a ``prior`` (the stage's: its host's, :mod:`streams.stages.revisit.hosts`):
+    :func:`posterior_rate` over the window and the older history; when the server's Last-Modified
+    is trusted (:func:`uses_last_modified`), the changes over the time the page is known to have
+    stayed unchanged instead, with the same prior and older history,
+    ``(alpha + X_o + X) / (beta + T_o + T)``. Without one, the estimators of Cho and Garcia-Molina
+    alone, over the window: :func:`last_modified_rate` when Last-Modified is trusted, else
+    :func:`irregular_rate`.
     """
     observations = history.observations
     if not observations:
         return None
+    if prior is None:
+        if uses_last_modified(history):
+            return last_modified_rate(observations)
+        return irregular_rate(observations)
+    older_changes, older_s = older_history(history)
     if uses_last_modified(history):
-        return last_modified_rate(observations)
-    return irregular_rate(observations)
+        changes = prior.shape + older_changes + sum(o.changed for o in observations)
+        return changes / (prior.exposure_s + older_s + sum(_known_unchanged_s(o) for o in observations))
+    return posterior_rate(observations, prior, older_changes, older_s)
 
 
 def uses_last_modified(history: FetchHistory) -> bool:

@@ -7,11 +7,14 @@ change was seen, and how long before the fetch the server says the page last cha
 estimators (:mod:`streams.stages.revisit.estimators`) need exactly those three numbers per fetch; older
 fetches fall out of the window so that an estimate follows a page whose rate drifts.
 
-Encoding (format version 1, big-endian ``struct``; 66 bytes plus 9 per observation plus the
-validators): a fixed header, then the ETag, Last-Modified and content type strings (``H`` length,
-0xFFFF for none), the two digests (``B`` length, 0xFF for none), and the observations. ``None`` numbers are
-NaN (floats) or -1 (integers). The version byte comes first so that a later format can read this
-one; :func:`decode_history` refuses a version it does not know instead of misreading it.
+Encoding (format version 2, big-endian ``struct``; 67 bytes plus 9 per observation plus the
+validators and digests): a fixed header, then the ETag, Last-Modified and content type strings
+(``H`` length, 0xFFFF for none), the body and text digests (``B`` length, 0xFF for none), the
+observations, and the wording digest (:mod:`streams.pages.changes`). ``None`` numbers are NaN (floats)
+or -1 (integers). The version byte comes first so that a later format can read this one:
+:func:`decode_history` reads version 1 (the same without the wording digest, which it reads as
+absent; :func:`streams.stages.revisit.signals.detect_change` then compares once without it) and
+refuses a version it does not know instead of misreading it. Histories are written in version 2.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Final
 
 from streams.errors import StateError
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+READABLE_VERSIONS: Final = (1, 2)
 _HEADER: Final = struct.Struct(">BhddddqQBIIHHh")
 _OBSERVATION: Final = struct.Struct(">ffB")
 _TEXT_LENGTH: Final = struct.Struct(">H")
@@ -69,6 +73,7 @@ class FetchHistory:
     lm_disagreements: int = 0            # it moved without a change, or stayed through one
     rate_bin: int = -1                   # allocation histogram bin the page is counted in
     observations: tuple[Observation, ...] = field(default=())
+    wording_digest: bytes | None = None  # the change text with numbers masked (format 2)
 
     @property
     def last_modified_trusted(self) -> bool:
@@ -96,14 +101,16 @@ def encode_history(history: FetchHistory) -> bytes:
              bytes([len(history.observations)])]
     parts.extend(_OBSERVATION.pack(o.interval_s, _float(o.modified_age_s), o.changed)
                  for o in history.observations)
+    parts.append(_bytes(history.wording_digest))
     return b"".join(parts)
 
 
 def decode_history(raw: bytes) -> FetchHistory:
     """Inverse of :func:`encode_history`; raises :class:`StateError` on another version or bad bytes."""
-    if not raw or raw[0] != FORMAT_VERSION:
+    if not raw or raw[0] not in READABLE_VERSIONS:
         found = raw[0] if raw else "empty"
-        raise StateError(f"revisit history format {found}, this worker reads {FORMAT_VERSION}")
+        raise StateError(f"revisit history format {found}, this worker reads "
+                         f"{' and '.join(map(str, READABLE_VERSIONS))}")
     try:
         return _decode(memoryview(raw))
     except (struct.error, IndexError, UnicodeDecodeError) as error:
@@ -126,6 +133,9 @@ def _decode(view: memoryview) -> FetchHistory:
         interval, age, changed = _OBSERVATION.unpack_from(view, offset)
         observations.append(Observation(interval, bool(changed), _optional(age)))
         offset += _OBSERVATION.size
+    wording_digest = None
+    if view[0] >= 2:
+        wording_digest, offset = _read_bytes(view, offset)
     return FetchHistory(
         first_fetch_s=first_s, last_fetch_s=last_s, interval_s=interval_s,
         status=None if status < 0 else status, etag=etag, last_modified=last_modified,
@@ -133,7 +143,7 @@ def _decode(view: memoryview) -> FetchHistory:
         text_digest=text_digest, simhash=simhash if has_simhash else None,
         rate_per_s=_optional(rate), fetches=fetches,
         changes=changes, lm_agreements=agreements, lm_disagreements=disagreements,
-        rate_bin=rate_bin, observations=tuple(observations))
+        rate_bin=rate_bin, observations=tuple(observations), wording_digest=wording_digest)
 
 
 def _float(value: float | None) -> float:

@@ -12,6 +12,10 @@ fetch budget, so it is rebuilt for each new shard rather than copied:
   new shard re-solves it for its own histogram;
 - the realised spend (re-fetches, exponentially weighted) is the old shards' total, decayed to their
   latest clock, split evenly, so the feedback of the new shards adds up to the old one's.
+
+Each host's changes (``p`` + host, :mod:`streams.stages.revisit.hosts`) are about the host's pages in
+one shard: the old shards' are added up (decayed to their latest clock) and every new shard gets an
+even share, as it gets an even share of the host's pages.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from streams.errors import StateError
 from streams.runtime.api import KeyedMove, Placed
 from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
 from streams.stages.revisit.history import decode_history
+from streams.stages.revisit.hosts import HOST_PREFIX, HostChanges, merge_hosts
 
 HISTORY_PREFIX = b"h"
 ALLOCATION_KEY = b"meta:allocation"
+IDENTITY_KEY = b"meta:revisit-state"
 _RESOLVE_AT_ONCE = 1 << 30  # since_solve: re-solve mu at the new shard's first fetch
 
 
@@ -36,10 +42,14 @@ class RevisitMove:
         self._histories = KeyedMove(old_shards, shards, prefix_bytes=len(HISTORY_PREFIX))
         self._old: list[BudgetState] = []
         self._new = [BudgetState() for _ in range(shards)]
+        self._hosts: dict[bytes, list[HostChanges]] = {}
 
     def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         if key == ALLOCATION_KEY:
             self._old.append(BudgetState.decode(value))
+            return ()
+        if key.startswith(HOST_PREFIX):
+            self._hosts.setdefault(key, []).append(HostChanges.decode(value))
             return ()
         if not key.startswith(HISTORY_PREFIX) or len(key) != len(HISTORY_PREFIX) + 16:
             raise StateError(f"revisit state holds a key it does not know: {key[:40]!r}")
@@ -53,16 +63,18 @@ class RevisitMove:
         return ((shard, key, value),)
 
     def finish(self) -> Iterable[Placed]:
-        if not self._old:
-            return ()
-        merged = merge_budgets(self._old)
         shards = len(self._new)
+        hosts = [(shard, key, merge_hosts(states, shards).encode())
+                 for key, states in self._hosts.items() for shard in range(shards)]
+        if not self._old:
+            return hosts
+        merged = merge_budgets(self._old)
         for budget in self._new:
             budget.mu_s, budget.correction = merged.mu_s, merged.correction
             budget.since_solve = _RESOLVE_AT_ONCE
             budget.spend_weight = merged.spend_weight / shards
             budget.clock_s, budget.started_s = merged.clock_s, merged.started_s
-        return [(shard, ALLOCATION_KEY, budget.encode()) for shard, budget in enumerate(self._new)]
+        return [*hosts, *((shard, ALLOCATION_KEY, budget.encode()) for shard, budget in enumerate(self._new))]
 
 
 def merge_budgets(budgets: list[BudgetState]) -> BudgetState:

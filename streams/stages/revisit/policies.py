@@ -22,6 +22,14 @@
   then clamped to the bounds. One deliberate difference: the next fetch time itself is clamped to
   ``[fetch + min, fetch + max]``, the fix proposed in NUTCH-1564, where a page unchanged for long
   got a next fetch time in the past and was refetched every cycle.
+* ``stormcrawler``: StormCrawler's ``AdaptiveScheduler`` (``scheduler.adaptive.*`` of its
+  configuration, defaults in its source): on a change the interval becomes
+  ``(1 - dec_rate) * interval + dec_rate * min_interval`` (so it nears the minimum ever more slowly),
+  otherwise (a 304 included) ``interval * (1 + inc_rate)``, at most the longest interval; an
+  undecided fetch keeps it, and the first fetch takes ``initial_interval_s`` (its default fetch
+  interval, one day). Both rates are 0.5 by default; its own bounds are one hour and two weeks, which
+  the operator sets as ``min_interval_s`` and ``max_interval_s``. Its change signal is an MD5 of the
+  content; here it is :func:`streams.stages.revisit.signals.detect_change`.
 * ``fixed``: ``fixed_interval_s`` for every page.
 
 Every policy's interval is clamped to the page's bounds (:func:`bounds_for`): the most specific of
@@ -40,7 +48,7 @@ from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.estimators import uses_last_modified
 from streams.stages.revisit.history import FetchHistory
 
-POLICIES: Final = ("default", "nutch", "fixed")
+POLICIES: Final = ("default", "nutch", "stormcrawler", "fixed")
 SECONDS_PER_DAY: Final = 86_400.0
 SATURATION_RUN: Final = 8
 
@@ -68,7 +76,7 @@ class PolicyConfig:
     policy: str = "default"
     bounds: IntervalBounds = field(default_factory=lambda: IntervalBounds(3600.0, 30 * SECONDS_PER_DAY))
     initial_interval_s: float = SECONDS_PER_DAY
-    budget_fetches_per_page_per_day: float = 1.0
+    budget_fetches_per_page_per_day: float = 0.1
     budget_fetches_per_day: float = 0.0
     shards: int = 1
     resolve_every: int = 64
@@ -79,6 +87,8 @@ class PolicyConfig:
     nutch_dec_rate: float = 0.2
     nutch_sync_delta: bool = True
     nutch_sync_delta_rate: float = 0.3
+    stormcrawler_inc_rate: float = 0.5
+    stormcrawler_dec_rate: float = 0.5
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -87,6 +97,8 @@ class PolicyConfig:
             raise ConfigError("a revisit budget must be positive (per page per day, or per day in total)")
         if self.shards < 1 or self.resolve_every < 1:
             raise ConfigError("shards and resolve_every must be at least 1")
+        if not (self.stormcrawler_inc_rate >= 0 and 0 <= self.stormcrawler_dec_rate <= 1):
+            raise ConfigError("stormcrawler_inc_rate must be >= 0 and stormcrawler_dec_rate within [0, 1]")
 
     def budget_per_s(self, pages: int) -> float:
         """The shard's budget, fetches per second: the total split over shards, or per page."""
@@ -136,6 +148,19 @@ def default_interval_s(config: PolicyConfig, bounds: IntervalBounds, rate_per_s:
                      1.0 / config.bounds.min_s, config.initial_interval_s, now_s)
     frequency = optimal_frequency(rate_per_s, budget.mu_s, 1.0 / bounds.max_s, 1.0 / bounds.min_s)
     return bounds.clamp(1.0 / frequency)
+
+
+def stormcrawler_interval_s(config: PolicyConfig, bounds: IntervalBounds, interval_s: float | None,
+                            changed: bool | None) -> float:
+    """One step of StormCrawler's AdaptiveScheduler (module docstring)."""
+    if interval_s is None:
+        return bounds.clamp(config.initial_interval_s)
+    if changed is True:
+        decrement = config.stormcrawler_dec_rate
+        return bounds.clamp((1.0 - decrement) * interval_s + decrement * bounds.min_s)
+    if changed is False:
+        return bounds.clamp(interval_s * (1.0 + config.stormcrawler_inc_rate))
+    return bounds.clamp(interval_s)
 
 
 def probe_interval_s(history: FetchHistory, interval_s: float, bounds: IntervalBounds) -> float:

@@ -14,9 +14,13 @@ answer. The steps:
 3. :func:`updated_history`: the stored copy's validators and digests are replaced by the fetch's
    (kept on a 304 or a HEAD, which carry no body), and the observation (time since the fetch
    before, changed or not, Last-Modified age) joins the window of the last ``history_fetches``.
-4. The rate is estimated (:func:`~streams.stages.revisit.estimators.estimate_rate`), the page moves to its
-   rate bin of the shard's budget state, and the policy gives the interval
-   (:mod:`streams.stages.revisit.policies`).
+4. The rate is estimated (:func:`~streams.stages.revisit.estimators.estimate_rate`), the page moves
+   to its rate bin of the shard's budget state, and the policy gives the interval
+   (:mod:`streams.stages.revisit.policies`). The ``default`` policy, whose intervals follow the
+   estimates, estimates against the host's prior when the caller keeps one
+   (:mod:`streams.stages.revisit.hosts`; the new observation joins it first); the other policies'
+   intervals do not read the estimate, and theirs stays the page's own, a function of its history
+   alone, whatever else the shard holds.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from streams.errors import ConfigError
 from streams.stages.revisit.allocation import rate_bin
 from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
 from streams.stages.revisit.estimators import estimate_rate
 from streams.stages.revisit.history import FetchHistory, Observation
+from streams.stages.revisit.hosts import HostChanges
 from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
@@ -36,6 +42,7 @@ from streams.stages.revisit.policies import (
     fixed_interval_s,
     nutch_step,
     probe_interval_s,
+    stormcrawler_interval_s,
 )
 from streams.stages.revisit.prefetch import fetch_needed
 from streams.stages.revisit.signals import ChangeDecision, Fetch, detect_change, http_date_s
@@ -48,9 +55,13 @@ class CoreConfig:
     """Settings of the pure step (built by :class:`streams.stages.revisit.stage.RevisitSettings`)."""
 
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
-    simhash_threshold: int = 6
+    simhash_threshold: int = -1
     history_fetches: int = 32
     error_retry_interval_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not -1 <= self.simhash_threshold < 64:
+            raise ConfigError(f"simhash_threshold must be -1 (off) or 0 to 63 bits: {self.simhash_threshold}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,22 +77,23 @@ class RevisitOutcome:
     conditional_headers: dict[str, str]
     fetch_needed: bool | None = None
     fetch_needed_reason: str | None = None
+    distance: int | None = None       # SimHash bits between the stored and fetched change texts
 
 
 def apply_fetch(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
-                budget: BudgetState, host: str) -> RevisitOutcome:
-    """Decide on one fetch (module docstring)."""
+                budget: BudgetState, host: str, host_changes: HostChanges | None = None) -> RevisitOutcome:
+    """Decide on one fetch (module docstring); ``host_changes`` is updated in place, as ``budget``."""
     if fetch.method == "HEAD":
-        return _apply_head(previous, fetch, config, budget, host)
+        return _apply_head(previous, fetch, config, budget, host, host_changes)
     decision = detect_change(previous, fetch, config.simhash_threshold)
     if decision.signal == "fetch_error":
         return _retry(previous, fetch, config, decision)
     history = updated_history(previous, fetch, decision, config.history_fetches)
-    return _schedule(previous, history, decision, fetch, config, budget, host)
+    return _schedule(previous, history, decision, fetch, config, budget, host, host_changes)
 
 
 def _apply_head(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
-                budget: BudgetState, host: str) -> RevisitOutcome:
+                budget: BudgetState, host: str, host_changes: HostChanges | None) -> RevisitOutcome:
     needed, reason = fetch_needed(previous, fetch.content_length, fetch.last_modified, fetch.etag)
     if needed or previous is None:
         interval_s = previous.interval_s if previous is not None else config.policy.initial_interval_s
@@ -90,7 +102,7 @@ def _apply_head(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
                               conditional_headers(previous), True, reason)
     decision = ChangeDecision(False, "head_unchanged")
     history = updated_history(previous, fetch, decision, config.history_fetches)
-    outcome = _schedule(previous, history, decision, fetch, config, budget, host)
+    outcome = _schedule(previous, history, decision, fetch, config, budget, host, host_changes)
     return dataclasses.replace(outcome, fetch_needed=False, fetch_needed_reason=reason)
 
 
@@ -105,13 +117,19 @@ def _retry(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
 
 
 def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: ChangeDecision, fetch: Fetch,
-              config: CoreConfig, budget: BudgetState, host: str) -> RevisitOutcome:
+              config: CoreConfig, budget: BudgetState, host: str,
+              host_changes: HostChanges | None) -> RevisitOutcome:
     policy = config.policy
     bounds = bounds_for(policy, host, history.content_type)
-    rate_per_s = estimate_rate(history)
+    now_s = fetch.fetched_at_s
+    prior = None
+    if host_changes is not None and policy.policy == "default":
+        if _observed(previous, fetch, decision):
+            host_changes.observe(history.observations[-1], now_s)
+        prior = host_changes.prior(policy.initial_interval_s)
+    rate_per_s = estimate_rate(history, prior)
     new_bin = rate_bin(rate_per_s) if rate_per_s is not None else UNESTIMATED
     budget.move(previous.rate_bin if previous is not None else NOT_COUNTED, new_bin)
-    now_s = fetch.fetched_at_s
     if previous is not None:
         budget.record_refetch(now_s)
     if policy.policy == "nutch":
@@ -119,13 +137,16 @@ def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: Ch
     else:
         if policy.policy == "fixed":
             interval_s = fixed_interval_s(policy, bounds)
+        elif policy.policy == "stormcrawler":
+            interval_s = stormcrawler_interval_s(policy, bounds, previous.interval_s if previous else None,
+                                                 decision.changed)
         else:
             interval_s = default_interval_s(policy, bounds, rate_per_s, budget, now_s)
             interval_s = probe_interval_s(history, interval_s, bounds)
         next_fetch_s = now_s + interval_s
     stored = dataclasses.replace(history, interval_s=interval_s, rate_per_s=rate_per_s, rate_bin=new_bin)
     return RevisitOutcome(stored, decision.changed, decision.signal, interval_s, next_fetch_s, rate_per_s,
-                          conditional_headers(stored))
+                          conditional_headers(stored), distance=decision.distance)
 
 
 def _nutch(policy: PolicyConfig, bounds: IntervalBounds, previous: FetchHistory | None,
@@ -161,20 +182,27 @@ def _with_content(previous: FetchHistory, fetch: Fetch) -> FetchHistory:
     return dataclasses.replace(
         previous, status=fetch.status, etag=fetch.etag, last_modified=fetch.last_modified,
         content_type=fetch.content_type or previous.content_type, content_length=fetch.content_length,
-        body_digest=fetch.body_digest, text_digest=fetch.text_digest, simhash=fetch.simhash)
+        body_digest=fetch.body_digest, text_digest=fetch.text_digest, simhash=fetch.simhash,
+        wording_digest=fetch.wording_digest)
+
+
+def _observed(previous: FetchHistory | None, fetch: Fetch, decision: ChangeDecision) -> bool:
+    """Whether the fetch adds an observation to the window (:func:`_observation`)."""
+    return (previous is not None and decision.changed is not None
+            and fetch.fetched_at_s > previous.last_fetch_s)
 
 
 def _observation(previous: FetchHistory, fetch: Fetch, decision: ChangeDecision) -> Observation | None:
-    interval_s = fetch.fetched_at_s - previous.last_fetch_s
-    if decision.changed is None or interval_s <= 0:
+    if not _observed(previous, fetch, decision):
         return None
+    interval_s = fetch.fetched_at_s - previous.last_fetch_s
     age_s = None
     modified_s = http_date_s(fetch.last_modified) if decision.changed else None
     if modified_s is not None:
         age_s = fetch.fetched_at_s - modified_s
         plausible = _CLOCK_SKEW_S <= age_s <= interval_s + _CLOCK_SKEW_S
         age_s = min(age_s, interval_s) if plausible else None
-    return Observation(interval_s, decision.changed, age_s)
+    return Observation(interval_s, decision.changed is True, age_s)
 
 
 def _last_modified_votes(previous: FetchHistory, fetch: Fetch, decision: ChangeDecision) -> tuple[int, int]:

@@ -15,10 +15,17 @@ decided. The evidence is read in this order, the first that applies deciding:
    than the server's claims about them: servers behind load balancers send different ETags for
    the same bytes (inode-based ETags), and dynamic pages send a fresh ETag and Last-Modified with
    every response. In turn: ``digest`` equal (byte-identical, unchanged); ``text_digest`` equal (only
-   markup or boilerplate moved: counters, dates and ads outside the main text, unchanged);
-   ``simhash_trivial`` (main texts within ``simhash_threshold`` bits: a changed date or counter
-   inside the text, unchanged); ``simhash`` (further apart: changed). Without SimHashes the text
-   digests, then the body digests decide (``text_digest``, ``digest``: changed).
+   markup or boilerplate moved: counters, dates, tokens, ads and rotating lists outside the change
+   text, unchanged); ``numbers`` (wording digests equal: only numbers inside the text moved, a
+   counter or a date, unchanged); ``wording`` (the words changed: changed, however small the edit;
+   the SimHash distance grades it, :attr:`ChangeDecision.distance`), unless the operator set
+   ``simhash_threshold`` and the SimHashes are at most that far apart (``simhash_trivial``,
+   unchanged). The change text and the wording digest are :mod:`streams.pages.changes`'s. A history
+   stored before wording digests were kept is compared once without them: texts that differ are
+   ``features_upgraded`` (``None``), since the text compared may have been extracted otherwise.
+   Without wording digests on either side (a caller of the core that computes none), SimHashes
+   decide as before: ``simhash_trivial`` within the threshold, else ``simhash``; without SimHashes
+   the text digests, then the body digests (``text_digest``, ``digest``: changed).
 6. The validators, when there are no bodies to compare (a fetcher that sends headers only):
    ``etag`` (entity tags compared with the weak comparison of RFC 9110 section 8.8.3.2, as
    If-None-Match does: a strong tag changes with every byte, a weak one only when the server deems
@@ -59,6 +66,7 @@ class Fetch:
     text_digest: bytes | None = None
     simhash: int | None = None
     content_type: str | None = None
+    wording_digest: bytes | None = None
 
     @property
     def is_error(self) -> bool:
@@ -68,10 +76,13 @@ class Fetch:
 
 @dataclass(frozen=True, slots=True)
 class ChangeDecision:
-    """``changed`` is ``None`` when the fetch cannot tell; ``signal`` names the deciding evidence."""
+    """``changed`` is ``None`` when the fetch cannot tell; ``signal`` names the deciding evidence;
+    ``distance`` is the bits between the two change texts' SimHashes when both were compared (0 to
+    64: how much the text changed)."""
 
     changed: bool | None
     signal: str
+    distance: int | None = None
 
 
 def detect_change(previous: FetchHistory | None, fetch: Fetch, simhash_threshold: int) -> ChangeDecision:
@@ -95,12 +106,22 @@ def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: i
     if fetch.body_digest == previous.body_digest:
         return ChangeDecision(False, "digest")
     if fetch.text_digest is not None and fetch.text_digest == previous.text_digest:
-        return ChangeDecision(False, "text_digest")
+        return ChangeDecision(False, "text_digest", 0 if fetch.simhash == previous.simhash else None)
+    distance = None
     if fetch.simhash is not None and previous.simhash is not None:
         distance = (fetch.simhash ^ previous.simhash).bit_count()
+    if fetch.wording_digest is not None and previous.wording_digest is not None:
+        if fetch.wording_digest == previous.wording_digest:
+            return ChangeDecision(False, "numbers", distance)
+        if distance is not None and distance <= simhash_threshold:
+            return ChangeDecision(False, "simhash_trivial", distance)
+        return ChangeDecision(True, "wording", distance)
+    if fetch.wording_digest is not None and previous.text_digest is not None:
+        return ChangeDecision(None, "features_upgraded", distance)
+    if distance is not None:
         if distance <= simhash_threshold:
-            return ChangeDecision(False, "simhash_trivial")
-        return ChangeDecision(True, "simhash")
+            return ChangeDecision(False, "simhash_trivial", distance)
+        return ChangeDecision(True, "simhash", distance)
     if fetch.text_digest is not None and previous.text_digest is not None:
         return ChangeDecision(True, "text_digest")
     return ChangeDecision(True, "digest")

@@ -11,9 +11,11 @@ emit exactly one revisit update, keyed by host, for every fetched page (HEAD-onl
 their update carries the pre-fetch answer ``fetch_needed``). Policies, estimators and signals are in
 :mod:`streams.stages.revisit`; ``docs/revisit.md`` describes them with their sources.
 
-State keys: ``h`` + 16-byte fingerprint -> history; ``meta:allocation`` -> the shard's rate
-histogram, Lagrange multiplier and spend feedback (per shard, with its share of the budget; see
-:mod:`streams.stages.revisit.budget`).
+State keys: ``h`` + 16-byte fingerprint -> history; ``p`` + host -> the changes the host's pages
+showed in this shard, their rates' prior (:mod:`streams.stages.revisit.hosts`); ``meta:allocation``
+-> the shard's rate histogram, Lagrange multiplier and spend feedback (per shard, with its share of
+the budget; see :mod:`streams.stages.revisit.budget`); ``meta:revisit-state`` -> the state's
+identity (:data:`STATE_IDENTITY`).
 """
 
 from __future__ import annotations
@@ -28,15 +30,17 @@ from typing import Any
 import orjson
 
 from streams import records
-from streams.errors import RecordRejected
-from streams.pages.analyze import PageAnalysis, PageSettings, analyze_page, digest
+from streams.errors import RecordRejected, StateError, StreamsError
+from streams.pages.analyze import PageSettings, digest
+from streams.pages.changes import CHANGE_FEATURES_VERSION, ChangeFeatures, change_features
 from streams.pages.decode import parse_content_type
 from streams.pages.features import Weighting
 from streams.records import RecordKind
-from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StoreSpec
+from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StateIdentity, StoreSpec
 from streams.stages.revisit.budget import BudgetState
-from streams.stages.revisit.history import decode_history, encode_history
-from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, RevisitMove
+from streams.stages.revisit.history import FORMAT_VERSION, READABLE_VERSIONS, decode_history, encode_history
+from streams.stages.revisit.hosts import HostChanges, host_key
+from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, IDENTITY_KEY, RevisitMove
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.stages.revisit.signals import Fetch
@@ -49,14 +53,20 @@ MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may 
 # RFC 3339 years have four digits: a fetch time near 9999 schedules its next fetch at the last instant.
 _LAST_INSTANT_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 _FIRST_INSTANT_S = datetime(1, 1, 1, tzinfo=UTC).timestamp()
+STATE_IDENTITY = (f"histories {FORMAT_VERSION}; change features {CHANGE_FEATURES_VERSION}; "
+                  "host priors 1").encode()
+"""What a shard's state holds: the history format written (``decode_history`` also reads the formats
+of :data:`~streams.stages.revisit.history.READABLE_VERSIONS`, so a shard written before this identity
+existed is adopted as it is), the change features' version, the host state's. A shard that says
+otherwise is refused."""
 
 
 @dataclass(frozen=True)
 class RevisitSettings:
     """Settings of the revisit stage (``[revisit]`` in TOML, ``STREAMS_REVISIT_*``); docs/revisit.md."""
 
-    policy: str = "default"                    # default | nutch | fixed
-    budget_fetches_per_page_per_day: float = 1.0   # default policy: fetches per page per day
+    policy: str = "default"                    # default | nutch | stormcrawler | fixed
+    budget_fetches_per_page_per_day: float = 0.1   # default policy: fetches per page per day (docs)
     budget_fetches_per_day: float = 0.0        # or a total per day over all shards (0: per page)
     min_interval_s: float = 3600.0             # every policy's shortest interval
     max_interval_s: float = 30 * 86400.0       # and longest
@@ -65,13 +75,15 @@ class RevisitSettings:
     host_interval_bounds: tuple[str, ...] = ()          # "host=min_s:max_s" (parent domains match)
     content_type_interval_bounds: tuple[str, ...] = ()  # "text/html=min_s:max_s" or "image/*=..."
     resolve_every: int = 64                    # updates between re-solving the Lagrange multiplier
-    simhash_threshold: int = 6                 # main texts at most this many bits apart: "unchanged"
+    simhash_threshold: int = -1                # >= 0: word changes within this many bits are "unchanged"
     history_fetches: int = 32                  # observations kept per URL for the estimators
     error_retry_interval_s: float = 3600.0     # after a failed fetch, at most this long
     nutch_inc_rate: float = 0.4                # db.fetch.schedule.adaptive.inc_rate
     nutch_dec_rate: float = 0.2                # db.fetch.schedule.adaptive.dec_rate
     nutch_sync_delta: bool = True              # db.fetch.schedule.adaptive.sync_delta
     nutch_sync_delta_rate: float = 0.3         # db.fetch.schedule.adaptive.sync_delta_rate
+    stormcrawler_inc_rate: float = 0.5         # scheduler.adaptive.fetchInterval.rate.incr
+    stormcrawler_dec_rate: float = 0.5         # scheduler.adaptive.fetchInterval.rate.decr
     profile: str = "safe"                      # URL canonicalization: the URL stage's profile
     # Change features: 2-word shingles by term frequency. Copies are found with single words (the
     # page stage's default), but word order matters for "did this page change": the simulation
@@ -92,15 +104,16 @@ class RevisitSettings:
             host_bounds=parse_bound_rules(self.host_interval_bounds, "host"),
             content_type_bounds=parse_bound_rules(self.content_type_interval_bounds, "content type"),
             nutch_inc_rate=self.nutch_inc_rate, nutch_dec_rate=self.nutch_dec_rate,
-            nutch_sync_delta=self.nutch_sync_delta, nutch_sync_delta_rate=self.nutch_sync_delta_rate)
+            nutch_sync_delta=self.nutch_sync_delta, nutch_sync_delta_rate=self.nutch_sync_delta_rate,
+            stormcrawler_inc_rate=self.stormcrawler_inc_rate,
+            stormcrawler_dec_rate=self.stormcrawler_dec_rate)
         return CoreConfig(policy=policy, simhash_threshold=self.simhash_threshold,
                           history_fetches=self.history_fetches,
                           error_retry_interval_s=self.error_retry_interval_s)
 
     def pages(self) -> PageSettings:
-        return PageSettings(hamming_threshold=self.simhash_threshold, shingle_words=self.shingle_words,
-                            weighting=self.weighting, cjk_ngram_chars=self.cjk_ngram_chars,
-                            min_main_chars=self.min_main_chars)
+        return PageSettings(shingle_words=self.shingle_words, weighting=self.weighting,
+                            cjk_ngram_chars=self.cjk_ngram_chars, min_main_chars=self.min_main_chars)
 
 
 @dataclass
@@ -118,9 +131,9 @@ class RevisitStage:
         self._shards_topic = self._updates = ""
 
     def store(self) -> StoreSpec:
-        """A RocksDB store and a way to reshard: the history format carries its own version (read by
-        decode_history), so there is no shard identity to check."""
-        return StoreSpec(layout=RevisitMove)
+        """A RocksDB store with the state's identity (:data:`STATE_IDENTITY`) and a way to reshard."""
+        return StoreSpec(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state),
+                         layout=RevisitMove)
 
     def init(self, context: StageContext) -> Processors:
         """The fetch budget is split across the shards (offline, one store holds it whole)."""
@@ -148,13 +161,17 @@ class RevisitStage:
         stored = state.get(HISTORY_PREFIX + key)
         allocation = state.get(ALLOCATION_KEY)
         budget = BudgetState.decode(allocation)
+        host_state_key = host_key(shard["host"])
+        host_state = state.get(host_state_key)
+        host_changes = HostChanges.decode(host_state)
         outcome = apply_fetch(decode_history(stored) if stored is not None else None, _fetch(shard),
-                              self._core, budget, shard["host"])
+                              self._core, budget, shard["host"], host_changes)
         if outcome.history is not None:
             state.set(HISTORY_PREFIX + key, encode_history(outcome.history))
-        encoded = budget.encode()
-        if encoded != allocation:
-            state.set(ALLOCATION_KEY, encoded)
+        for state_key, before, after in ((ALLOCATION_KEY, allocation, budget.encode()),
+                                         (host_state_key, host_state, host_changes.encode())):
+            if after != before:
+                state.set(state_key, after)
         self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
         update = records.encode(RecordKind.REVISIT_UPDATE, revisit_update(shard["url"], outcome))
         return [Emit(self._updates, update, shard["host"].encode())]
@@ -172,6 +189,8 @@ def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:
         "change_rate_estimate": outcome.rate_per_s,
         "conditional_headers": outcome.conditional_headers,
     }
+    if outcome.distance is not None:
+        update["change_distance"] = outcome.distance
     if outcome.fetch_needed is not None:
         update["fetch_needed"] = outcome.fetch_needed
         update["fetch_needed_reason"] = outcome.fetch_needed_reason
@@ -179,19 +198,27 @@ def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:
 
 
 def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings) -> dict[str, Any]:
-    """Digests and SimHash of the page (the page stage's analysis), hex-encoded for the shard record.
+    """Digests and SimHash of the page's change text (:mod:`streams.pages.changes`), hex-encoded for
+    the shard record.
 
     A body the analysis does not read (binary, another media type, empty) still gets its body
     digest, so a PDF's change is seen; error statuses, 304s and HEADs carry no content to compare.
     """
-    analysis = analyze_page(record, settings, body, sketch=False)  # it compares SimHashes only
-    if isinstance(analysis, PageAnalysis):
-        return {"body_digest": digest(body).hex(), "text_digest": analysis.text_digest.hex(),
-                "simhash": analysis.simhash}
+    features = change_features(record, settings, body)
+    if isinstance(features, ChangeFeatures):
+        return {"body_digest": digest(body).hex(), "text_digest": features.text_digest.hex(),
+                "wording_digest": features.wording_digest.hex(), "simhash": features.simhash}
     status = record.get("status", 200)
     if record.get("method", "GET") == "HEAD" or status is None or not 200 <= status < 300:
         return {}
     return {"body_digest": digest(body).hex()}
+
+
+def _other_state(partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
+    stored = (found.get(IDENTITY_KEY) or b"none").decode(errors="replace")
+    return StateError(f"revisit shard {partition} holds state of another build ({stored}); this worker "
+                      f"writes {STATE_IDENTITY.decode()} and reads histories of formats "
+                      f"{', '.join(map(str, READABLE_VERSIONS))}: run the build that wrote it")
 
 
 def _validators(record: Mapping[str, Any], body: bytes) -> dict[str, Any]:
@@ -246,4 +273,4 @@ def _fetch(shard: Mapping[str, Any]) -> Fetch:
                  etag=shard.get("etag"), last_modified=shard.get("last_modified"),
                  content_length=shard.get("content_length"), body_digest=hex_bytes("body_digest"),
                  text_digest=hex_bytes("text_digest"), simhash=shard.get("simhash"),
-                 content_type=shard.get("content_type"))
+                 content_type=shard.get("content_type"), wording_digest=hex_bytes("wording_digest"))

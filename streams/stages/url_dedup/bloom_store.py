@@ -31,7 +31,7 @@ from typing import Final
 import orjson
 
 from streams.errors import StateError
-from streams.runtime.api import Measured, PartitionStore, private_dir
+from streams.runtime.api import Measured, PartitionStore, disk_errors, private_dir
 from streams.stages.url_dedup.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT: Final = "bloom.snapshot"
@@ -40,13 +40,19 @@ KEY_BYTES: Final = 16  # fingerprints; other keys are metadata, kept exactly
 
 
 def _write_snapshot(path: Path, offset: int | None, payload: bytes) -> None:
-    """Atomically replace ``path`` (write, fsync, rename) so a crash leaves the old or the new."""
+    """Atomically replace ``path`` (write, fsync, rename) so a crash, or a full disk, leaves the old
+    or the new."""
     temporary = path.with_suffix(".tmp")
-    with open(temporary, "wb") as out:
-        out.write(_OFFSET.pack(-1 if offset is None else offset) + payload)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+    with disk_errors(path.parent):
+        try:
+            with open(temporary, "wb") as out:
+                out.write(_OFFSET.pack(-1 if offset is None else offset) + payload)
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError:
+            temporary.unlink(missing_ok=True)  # what was written of it would only take space
+            raise
+        os.replace(temporary, path)
 
 
 def _read_snapshot(path: Path) -> tuple[int | None, bytes] | None:
@@ -121,8 +127,10 @@ class BloomFrontStore:
         return self._inner.items()
 
     def close(self) -> None:
-        _write_snapshot(self._snapshot, self._inner.changelog_offset(), self.bloom.to_bytes())
-        self._inner.close()
+        try:
+            _write_snapshot(self._snapshot, self._inner.changelog_offset(), self.bloom.to_bytes())
+        finally:  # without a snapshot the filter is rebuilt from the store at the next start
+            self._inner.close()
 
 
 class BloomOnlyStore:

@@ -5,7 +5,8 @@ A URL stage refuses to run on state built with another canonicalization version 
 
 1. it checks that the stage's workers are stopped and its shard topic is drained (records routed
    under the old version carry old fingerprints and must be decided by the old version);
-2. it reads the whole changelog (read_committed): each seen fingerprint with its canonical URL;
+2. it reads the whole changelog (read_committed): each seen fingerprint with its canonical URL
+   (and the name of its crawl, for a URL of a named crawl: :func:`~streams.urls.canonical.scoped`);
 3. in one Kafka transaction it writes, for each URL, the new fingerprint (to the shard the new
    fingerprint routes to, by the same murmur2 partitioner) and a tombstone for the old one where
    they differ, and the new version key to every shard.
@@ -89,17 +90,18 @@ def migrate(kafka: KafkaConfig, group: str, shard_topic: str, changelog: str,
     producer.begin_transaction()
     written: set[bytes] = set()
     rules = settings.canonical()
-    for old_key, url in state.items():
+    for old_key, value in state.items():
         try:
-            new_url = canonical.canonicalize(url.decode(), rules)
+            crawl, url = canonical.unscoped(value.decode())
+            new_url = canonical.canonicalize(url, rules)
         except (RecordRejected, UnicodeDecodeError):
             report.rejected += 1
             continue
-        new_key = canonical.fingerprint(new_url)
+        new_key = canonical.fingerprint(new_url, crawl)
         if new_key in written:
             report.merged += 1
         elif new_key != old_key:
-            producer.produce(changelog, new_url.encode(), new_key)
+            producer.produce(changelog, canonical.scoped(new_url, crawl).encode(), new_key)
             report.moved += 1
         written.add(new_key)
         if new_key != old_key and old_key not in written:

@@ -2,11 +2,13 @@
 
 route (any frontier partition): decode and validate the record, resolve the URL against its
 ``source_url``, canonicalize it (:mod:`streams.urls.canonical`, profile ``safe`` or
-``aggressive``), fingerprint it (128-bit mmh3) and send it to the stage's shard topic keyed by the
-fingerprint. A bad record or URL becomes a dead letter with the reason. Two kinds of URL need no
-trip through the shard topic: a fingerprint this worker routed or decided before (a bounded set,
-:mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this worker owns is decided here,
-in the open transaction, exactly as the shard would (see ``_decide_at_routing``).
+``aggressive``), fingerprint it (128-bit mmh3; a record of a named ``crawl``: of the name and the
+URL, so each named crawl has a seen-set of its own in the same state) and send it to the stage's
+shard topic keyed by the fingerprint. A bad record or URL becomes a dead letter with the reason.
+Two kinds of URL need no trip through the shard topic: a fingerprint this worker routed or decided
+before (a bounded set, :mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this
+worker owns is decided here, in the open transaction, exactly as the shard would (see
+``_decide_at_routing``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
@@ -101,20 +103,21 @@ class UrlDedupStage:
         record = self._decode(message.value())
         source = record.get("source_url")
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
-        key = canonical.fingerprint(url)
+        crawl: str = record.get("crawl") or ""
+        key = canonical.fingerprint(url, crawl)
         if key in self._routing:  # see _decide_at_routing
             self.decisions["seen"] += 1
             return []
         shard = partition_for(key, self._shard_count)
         state = self._owned.state(shard)
         if state is not None:
-            return self._decide_at_routing(state, key, url, record)
+            return self._decide_at_routing(state, key, url, crawl, record)
         self._routing.note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
         value = self._new_url_record(record, url, key, canonical.host_of(url))
         return [Emit(self._shards_topic, value, key, shard)]
 
-    def _decide_at_routing(self, state: BatchState, key: bytes, url: str,
+    def _decide_at_routing(self, state: BatchState, key: bytes, url: str, crawl: str,
                            record: dict[str, Any]) -> list[Emit]:
         """Decide a URL whose shard this worker owns, as the shard would, in the open transaction.
 
@@ -133,7 +136,7 @@ class UrlDedupStage:
         """
         if self._is_seen(state, key):
             return []
-        self._record_new(state, key, url)
+        self._record_new(state, key, canonical.scoped(url, crawl))
         self._routing.note(key)
         host = canonical.host_of(url)
         return [Emit(self._new_urls, self._new_url_record(record, url, key, host), host.encode())]
@@ -151,7 +154,7 @@ class UrlDedupStage:
             return []
         value = message.value() or b"{}"
         record = orjson.loads(value)
-        self._record_new(state, key, record["canonical"])
+        self._record_new(state, key, canonical.scoped(record["canonical"], record.get("crawl") or ""))
         return [Emit(self._new_urls, value, record["host"].encode())]
 
     def _is_seen(self, state: BatchState, key: bytes) -> bool:
@@ -160,10 +163,11 @@ class UrlDedupStage:
         self.decisions["seen"] += 1
         return True
 
-    def _record_new(self, state: BatchState, key: bytes, url: str) -> None:
-        """The first sighting: the seen mark keeps the URL itself, so the set can be
-        re-fingerprinted when canonicalization changes (``url-dedup-migrate``)."""
-        state.set(key, url.encode() if self._keep_urls else b"")
+    def _record_new(self, state: BatchState, key: bytes, scoped_url: str) -> None:
+        """The first sighting: the seen mark keeps the URL itself (with its crawl's name, as it was
+        hashed: :func:`~streams.urls.canonical.scoped`), so the set can be re-fingerprinted when
+        canonicalization changes (``url-dedup-migrate``)."""
+        state.set(key, scoped_url.encode() if self._keep_urls else b"")
         self.decisions["new"] += 1
 
     def _other_version(self, partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
@@ -174,7 +178,8 @@ class UrlDedupStage:
             "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
 
 
-def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int) -> PartitionStore:
+def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int,
+                  memtable_mb: int) -> PartitionStore:
     """Shard ``path``'s seen-set (one of ``shards``) in the configured mode: the exact RocksDB set
     behind a Bloom filter, or a Bloom filter alone, each sized for its share of ``expected_urls``."""
     from streams.stages.url_dedup.bloom_store import BloomFrontStore, BloomOnlyStore
@@ -184,5 +189,5 @@ def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cac
         return BloomOnlyStore(path, per_shard, settings.bloom_false_positive_rate)
     if settings.seen_set != "exact":
         raise ConfigError(f"seen_set must be exact or bloom, not {settings.seen_set!r}")
-    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb)
+    inner = RocksStore(path / "rocksdb", block_cache_mb=block_cache_mb, memtable_mb=memtable_mb)
     return BloomFrontStore(inner, path, per_shard, settings.bloom_false_positive_rate)

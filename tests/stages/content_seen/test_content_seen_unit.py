@@ -122,8 +122,8 @@ def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
     from streams.runtime.store import RocksStore
     from streams.stages.revisit.stage import RevisitStage
 
-    pages = ContentSeenStage().store().open(tmp_path / "pages", 8, 64)
-    fetches = RevisitStage().store().open(tmp_path / "fetches", 8, 64)
+    pages = ContentSeenStage().store().open(tmp_path / "pages", 8, 64, 64)
+    fetches = RevisitStage().store().open(tmp_path / "fetches", 8, 64, 64)
     assert isinstance(pages, RocksStore) and isinstance(fetches, RocksStore)
     assert (pages.table_format, fetches.table_format) == ("plain", "block")
     pages.close()

@@ -11,11 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.stages.revisit.estimators import (
+    Prior,
     estimate_rate,
     improved_rate,
     irregular_rate,
     last_modified_rate,
     no_change_rate,
+    older_history,
+    posterior_rate,
 )
 from streams.stages.revisit.history import FetchHistory, Observation
 
@@ -129,3 +132,62 @@ def test_estimates_recover_a_poisson_rate(rate_per_day: float) -> None:
         observations.append(Observation(DAY, bool(gaps), age))
     assert irregular_rate(observations) == pytest.approx(rate, rel=0.2)
     assert last_modified_rate(observations) == pytest.approx(rate, rel=0.2)
+
+
+# -- with a host's prior (posterior_rate) -----------------------------------------------------------
+
+PRIOR = Prior.with_mean(1 / (30 * DAY), 0.5)
+intervals = st.floats(60.0, 400 * DAY)
+
+
+@pytest.mark.parametrize(("observations", "older", "expected_per_day"), [
+    ([], (0.0, 0.0), 1 / 30),                                           # nothing seen: the host's mean
+    ([Observation(10 * DAY, False)] * 3, (0.0, 0.0), 0.5 / 45),         # 0.5 / (15 d + 30 d)
+    ([Observation(10 * DAY, False)] * 3, (2.0, 55 * DAY), 2.5 / 100),   # older changes count as Poisson
+])
+def test_posterior_without_changes_is_the_gamma_posterior_mean(
+        observations: list[Observation], older: tuple[float, float], expected_per_day: float) -> None:
+    assert posterior_rate(observations, PRIOR, *older) * DAY == pytest.approx(expected_per_day)
+
+
+@given(st.lists(st.tuples(intervals, st.booleans()), min_size=1, max_size=32))
+def test_posterior_rate_solves_its_equation(pairs: list[tuple[float, bool]]) -> None:
+    observations = [Observation(t, c) for t, c in pairs]
+    rate = posterior_rate(observations, PRIOR)
+    assert math.isfinite(rate) and rate > 0
+    left = sum(t / math.expm1(rate * t) for t, c in pairs if c) + PRIOR.shape / rate
+    right = PRIOR.exposure_s + sum(t for t, c in pairs if not c)
+    assert left == pytest.approx(right, rel=1e-6)
+
+
+@given(st.lists(st.tuples(intervals, st.booleans()), min_size=1, max_size=31), intervals)
+def test_one_more_unchanged_interval_lowers_the_estimate_and_a_change_raises_it(
+        pairs: list[tuple[float, bool]], interval_s: float) -> None:
+    observations = [Observation(t, c) for t, c in pairs]
+    rate = posterior_rate(observations, PRIOR)
+    assert posterior_rate([*observations, Observation(interval_s, False)], PRIOR) < rate * (1 + 1e-9)
+    assert posterior_rate([*observations, Observation(interval_s, True)], PRIOR) > rate * (1 - 1e-9)
+
+
+def test_quiet_pages_differ_by_time_watched_and_by_host() -> None:
+    """A window of 32 unchanged daily fetches: the windowed estimate is the same for every such page,
+    the posterior falls with the time watched before the window and rises with the host's pace."""
+    window = [Observation(DAY, False)] * 32
+    assert irregular_rate(window) == no_change_rate(32 * DAY)
+    watched = [posterior_rate(window, PRIOR, 0.0, older_days * DAY) for older_days in (0, 100, 400)]
+    assert watched[0] > watched[1] > watched[2]
+    busy_host = Prior.with_mean(1 / (3 * DAY), 0.5)
+    assert posterior_rate(window, busy_host) > posterior_rate(window, PRIOR)
+
+
+def test_every_fetch_changed_stays_finite() -> None:
+    rate = posterior_rate([Observation(DAY, True)] * 32, PRIOR)
+    assert math.isfinite(rate) and rate * DAY > 1
+
+
+def test_older_history_is_what_the_window_does_not_hold() -> None:
+    history = FetchHistory(first_fetch_s=0.0, last_fetch_s=100 * DAY, interval_s=DAY, fetches=40, changes=7,
+                           observations=(Observation(10 * DAY, True), Observation(20 * DAY, False)))
+    assert older_history(history) == (6.0, 70 * DAY)
+    assert estimate_rate(history, PRIOR) == pytest.approx(
+        posterior_rate(history.observations, PRIOR, 6.0, 70 * DAY))

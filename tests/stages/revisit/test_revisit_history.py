@@ -36,12 +36,21 @@ histories = st.builds(
     rate_per_s=st.none() | st.floats(0.0, 1.0), fetches=st.integers(0, 2**32 - 1),
     changes=st.integers(0, 2**32 - 1), lm_agreements=st.integers(0, 0xFFFF),
     lm_disagreements=st.integers(0, 0xFFFF), rate_bin=st.integers(-2, 79),
-    observations=st.lists(observations, max_size=64).map(tuple))
+    observations=st.lists(observations, max_size=64).map(tuple),
+    wording_digest=st.none() | st.binary(max_size=64))
 
 
 @given(histories)
 def test_encoding_round_trips(history: FetchHistory) -> None:
     assert decode_history(encode_history(history)) == history
+
+
+@given(histories)
+def test_histories_of_format_1_are_read(history: FetchHistory) -> None:
+    """Format 1 is format 2 without the wording digest at the end: read with the digest absent."""
+    legacy = dataclasses.replace(history, wording_digest=None)
+    encoded = encode_history(legacy)
+    assert decode_history(bytes([1]) + encoded[1:-1]) == legacy
 
 
 def test_encoding_is_compact() -> None:
@@ -50,6 +59,7 @@ def test_encoding_is_compact() -> None:
                            content_length=1234, body_digest=b"a" * 16, text_digest=b"b" * 16, simhash=7,
                            observations=tuple(Observation(DAY, False) for _ in range(32)))
     assert len(encode_history(history)) < 450
+    assert len(encode_history(dataclasses.replace(history, wording_digest=b"c" * 16))) < 470
 
 
 @pytest.mark.parametrize("raw", [b"", bytes([FORMAT_VERSION + 1]) + b"\0" * 80,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import subprocess
 import sys
@@ -13,12 +14,15 @@ import orjson
 import pytest
 
 from streams import config, records
+from streams.errors import StateError
 from streams.records import RecordKind
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.revisit.history import decode_history, encode_history
+from streams.stages.revisit.move import IDENTITY_KEY
 from streams.stages.revisit.spec import SPEC
-from streams.stages.revisit.stage import RevisitSettings, RevisitStage
+from streams.stages.revisit.stage import STATE_IDENTITY, RevisitSettings, RevisitStage
 from streams.topics import Topics
 from testing.stages import bind
 
@@ -61,8 +65,9 @@ def test_one_update_per_page_in_order() -> None:
         page(1, url="http://other.example/b"),
     ]
     updates = run(lines)
-    assert [u["signal"] for u in updates] == ["first_fetch", "text_digest", "not_modified", "simhash",
+    assert [u["signal"] for u in updates] == ["first_fetch", "text_digest", "not_modified", "wording",
                                              "head_changed", "fetch_error", "first_fetch"]
+    assert [u.get("change_distance") for u in updates][:2] == [None, 0] and updates[3]["change_distance"] > 0
     assert [u["changed"] for u in updates] == [None, False, False, True, None, None, None]
     assert updates[0]["conditional_headers"] == {"If-None-Match": '"v1"',
                                                  "If-Modified-Since": "Wed, 01 May 2024 00:00:00 GMT"}
@@ -73,11 +78,45 @@ def test_one_update_per_page_in_order() -> None:
     assert updates[6]["url"] == "http://other.example/b"
 
 
-def test_trivial_change_in_the_text_is_not_a_change() -> None:
-    before = PARAGRAPH * 6 + "Read 1041 times."
-    after = PARAGRAPH * 6 + "Read 1042 times."
-    updates = run([page(1, text=before), page(2, text=after)], RevisitSettings(simhash_threshold=3))
+def test_numbers_in_the_text_are_not_a_change_and_one_word_is() -> None:
+    before = PARAGRAPH * 6 + "Read 1041 times, last on 2024-05-01 at 12:03."
+    counted = PARAGRAPH * 6 + "Read 1,042 times, last on 2024-05-02 at 12:04."
+    edited = PARAGRAPH.replace("Tuesday", "Wednesday") + counted.removeprefix(PARAGRAPH)
+    updates = run([page(1, text=before), page(2, text=counted), page(3, text=edited)])
+    assert [(u["changed"], u["signal"]) for u in updates[1:]] == [(False, "numbers"), (True, "wording")]
+    assert updates[2]["change_distance"] <= 6   # a small edit, graded small, still a change
+
+
+def test_a_threshold_set_by_the_operator_ignores_small_edits() -> None:
+    edited = PARAGRAPH.replace("Tuesday", "Wednesday") + PARAGRAPH * 5
+    updates = run([page(1, text=PARAGRAPH * 6), page(2, text=edited)], RevisitSettings(simhash_threshold=10))
     assert (updates[1]["changed"], updates[1]["signal"]) == (False, "simhash_trivial")
+
+
+def test_histories_of_format_1_are_read_and_compared_once_without_wording() -> None:
+    """A store written before wording digests (history format 1, no state identity) is adopted: its
+    histories are read, the first fetch whose text differs is undecided, the next ones decided (a
+    full response, changed or not, stores the wording digest)."""
+    store = MemoryStore()
+    run([page(1)], store=store)
+    key = next(k for k, _ in store.items() if k.startswith(b"h"))
+    history = decode_history(store.get(key) or b"")
+    legacy = dataclasses.replace(history, wording_digest=None)
+    store.apply({key: bytes([1]) + encode_history(legacy)[1:-1],
+                 IDENTITY_KEY: None}, None)  # format 1: the same bytes without the wording digest
+    assert decode_history(store.get(key) or b"").wording_digest is None
+    edited = PARAGRAPH * 3 + "A new section on the railway station opened today. " * 6
+    updates = run([page(2, text=edited), page(3), page(4)], store=store)
+    assert [(u["changed"], u["signal"]) for u in updates] == [(None, "features_upgraded"), (True, "wording"),
+                                                              (False, "digest")]
+    assert store.get(IDENTITY_KEY) == STATE_IDENTITY
+
+
+def test_a_shard_of_another_build_is_refused() -> None:
+    store = MemoryStore()
+    store.apply({IDENTITY_KEY: b"histories 9"}, None)
+    with pytest.raises(StateError, match="another build"):
+        run([page(1)], store=store)
 
 
 def test_binary_bodies_are_compared_by_digest() -> None:

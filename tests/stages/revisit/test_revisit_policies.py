@@ -31,6 +31,7 @@ from streams.stages.revisit.policies import (
     nutch_step,
     parse_bound_rules,
     probe_interval_s,
+    stormcrawler_interval_s,
 )
 
 HOUR, DAY = 3600.0, 86_400.0
@@ -174,7 +175,7 @@ def test_default_gives_every_page_the_budget_when_all_are_alike() -> None:
     state = BudgetState()
     state.counts[rate_bin(1 / DAY)] = 1000
     interval = default_interval_s(CONFIG, BOUNDS, bin_rates_per_s()[rate_bin(1 / DAY)], state, 0.0)
-    assert interval == pytest.approx(DAY, rel=1e-3)
+    assert interval == pytest.approx(DAY / CONFIG.budget_fetches_per_page_per_day, rel=1e-3)
 
 
 def saturated(interval_s: float, count: int = 8) -> FetchHistory:
@@ -217,6 +218,20 @@ def test_nutch_next_fetch_is_never_in_the_past() -> None:
 def test_nutch_without_sync_delta_ignores_last_modified() -> None:
     config = PolicyConfig(bounds=BOUNDS, nutch_sync_delta=False)
     assert nutch_step(config, BOUNDS, DAY, False, 0.0, -30 * DAY).next_fetch_s == pytest.approx(1.4 * DAY)
+
+
+@pytest.mark.parametrize(("interval", "changed", "expected"), [
+    (None, None, DAY),                           # first fetch: its default interval
+    (DAY, True, 0.5 * DAY + 0.5 * HOUR),         # (1 - dec) * i + dec * min
+    (DAY, False, 1.5 * DAY),                     # i * (1 + inc), a 304 included
+    (10 * DAY, False, 14 * DAY),                 # at most the longest interval
+    (HOUR, True, HOUR),                          # nears the minimum, never below
+    (DAY, None, DAY),                            # undecided: kept
+])
+def test_stormcrawler_adaptive_scheduler(interval: float | None, changed: bool | None,
+                                         expected: float) -> None:
+    config = PolicyConfig(policy="stormcrawler", bounds=IntervalBounds(HOUR, 14 * DAY))
+    assert stormcrawler_interval_s(config, config.bounds, interval, changed) == pytest.approx(expected)
 
 
 def test_bounds_most_specific_rule_wins() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FetchHistory
+from streams.stages.revisit.hosts import MEMORY_S, HostChanges
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig
 from streams.stages.revisit.prefetch import fetch_needed
 from streams.stages.revisit.schedule import CoreConfig, apply_fetch
@@ -106,3 +108,26 @@ def test_host_bounds_apply_to_every_policy() -> None:
                      host_bounds=(("slow.example", IntervalBounds(7 * DAY, 30 * DAY)),))
     outcome = apply_fetch(STORED, Fetch(NOW, status=304), bounded, BudgetState(), "www.slow.example")
     assert outcome.interval_s == 7 * DAY
+
+
+def _quiet_page_estimate(host: HostChanges, policy: str = "default") -> float | None:
+    """A page fetched twice ten days apart, unchanged, against ``host``'s changes."""
+    first = apply_fetch(None, Fetch(NOW, body_digest=b"a" * 16), config(policy), BudgetState(), "x", host)
+    assert first.history is not None
+    second = apply_fetch(first.history, Fetch(NOW + 10 * DAY, body_digest=b"a" * 16), config(policy),
+                         BudgetState(), "x", host)
+    return second.rate_per_s
+
+
+def test_a_quiet_page_of_a_busy_host_is_estimated_busier_than_one_of_a_quiet_host() -> None:
+    busy, quiet = HostChanges(50.0, 100 * DAY, NOW), HostChanges(1.0, 1000 * DAY, NOW)
+    assert _quiet_page_estimate(busy) > 5 * (_quiet_page_estimate(quiet) or 0.0)
+    # the re-fetch joined the host's evidence, after ten days' decay
+    assert busy.watched_s == pytest.approx((100 * math.exp(-10 * DAY / MEMORY_S) + 10) * DAY)
+
+
+@pytest.mark.parametrize("policy", ["nutch", "stormcrawler", "fixed"])
+def test_other_policies_keep_the_pages_own_estimate(policy: str) -> None:
+    busy, quiet = HostChanges(50.0, 100 * DAY, NOW), HostChanges(1.0, 1000 * DAY, NOW)
+    assert _quiet_page_estimate(busy, policy) == _quiet_page_estimate(quiet, policy)
+    assert busy.watched_s == 100 * DAY

@@ -20,6 +20,7 @@ from streams.stages.revisit.signals import (
 DAY = 86_400.0
 A, B = b"a" * 16, b"b" * 16
 TEXT_A, TEXT_B = b"t" * 16, b"u" * 16
+WORDS_A, WORDS_B = b"w" * 16, b"x" * 16
 MONDAY = "Mon, 06 May 2024 08:00:00 GMT"
 TUESDAY = "Tue, 07 May 2024 08:00:00 GMT"
 
@@ -27,6 +28,7 @@ STORED = FetchHistory(first_fetch_s=0.0, last_fetch_s=0.0, interval_s=DAY, statu
                       last_modified=MONDAY, content_length=1000, body_digest=A, text_digest=TEXT_A,
                       simhash=0b1111)
 HEADERS_ONLY = dataclasses.replace(STORED, body_digest=None, text_digest=None, simhash=None)
+WORDED = dataclasses.replace(STORED, wording_digest=WORDS_A)   # stored by this version
 
 
 def fetch(**fields: object) -> Fetch:
@@ -52,11 +54,22 @@ CASES = [
      ChangeDecision(False, "status")),
     ("same bytes, new ETag (load balancer)", STORED, fetch(etag='"v2"', last_modified=TUESDAY),
      ChangeDecision(False, "digest")),
-    ("counter in the footer only", STORED, fetch(body_digest=B), ChangeDecision(False, "text_digest")),
-    ("trivial change under the SimHash threshold", STORED,
-     fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1000), ChangeDecision(False, "simhash_trivial")),
-    ("real change over the SimHash threshold", STORED,
-     fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 << 20), ChangeDecision(True, "simhash")),
+    ("counter in the footer only", STORED, fetch(body_digest=B), ChangeDecision(False, "text_digest", 0)),
+    ("a counter inside the text: only numbers moved", WORDED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, simhash=0b1110),
+     ChangeDecision(False, "numbers", 1)),
+    ("one word edited, SimHash unmoved", WORDED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_B), ChangeDecision(True, "wording", 0)),
+    ("a paragraph rewritten", WORDED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_B, simhash=0b1111 << 20),
+     ChangeDecision(True, "wording", 8)),
+    ("stored before wording digests: undecided once", STORED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_B),
+     ChangeDecision(None, "features_upgraded", 0)),
+    ("stored before wording digests, same text", STORED, fetch(body_digest=B, wording_digest=WORDS_B),
+     ChangeDecision(False, "text_digest", 0)),
+    ("no wording digests: SimHash over the threshold", STORED,
+     fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 << 20), ChangeDecision(True, "simhash", 8)),
     ("text changed, no SimHash", dataclasses.replace(STORED, simhash=None),
      fetch(body_digest=B, text_digest=TEXT_B, simhash=None), ChangeDecision(True, "text_digest")),
     ("binary body changed", dataclasses.replace(STORED, text_digest=None, simhash=None),
@@ -81,13 +94,29 @@ CASES = [
 @pytest.mark.parametrize(("previous", "current", "expected"), [case[1:] for case in CASES],
                          ids=[case[0] for case in CASES])
 def test_signal(previous: FetchHistory | None, current: Fetch, expected: ChangeDecision) -> None:
-    assert detect_change(previous, current, simhash_threshold=3) == expected
+    assert detect_change(previous, current, simhash_threshold=-1) == expected
 
 
-def test_threshold_is_inclusive() -> None:
-    three_bits = fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 ^ 0b111 << 10)
-    assert detect_change(STORED, three_bits, 3) == ChangeDecision(False, "simhash_trivial")
-    assert detect_change(STORED, three_bits, 2) == ChangeDecision(True, "simhash")
+@pytest.mark.parametrize("stored", [STORED, WORDED], ids=["without wording digests", "with"])
+def test_threshold_is_inclusive(stored: FetchHistory) -> None:
+    three_bits = fetch(body_digest=B, text_digest=TEXT_B, simhash=0b1111 ^ 0b111 << 10,
+                       wording_digest=None if stored is STORED else WORDS_B)
+    changed = "simhash" if stored is STORED else "wording"
+    assert detect_change(stored, three_bits, 3) == ChangeDecision(False, "simhash_trivial", 3)
+    assert detect_change(stored, three_bits, 2) == ChangeDecision(True, changed, 3)
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(-1, 63))
+def test_changed_words_are_a_change_unless_within_the_threshold(before: int, after: int,
+                                                                threshold: int) -> None:
+    """The default threshold (-1) counts every change of the words, whatever its SimHash distance;
+    the distance is reported either way."""
+    stored = dataclasses.replace(WORDED, simhash=before)
+    decision = detect_change(stored, fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_B,
+                                           simhash=after), threshold)
+    distance = (before ^ after).bit_count()
+    assert decision.distance == distance
+    assert decision.changed is (distance > threshold)
 
 
 @pytest.mark.parametrize(("a", "b", "weak"), [('"x"', '"x"', True), ('W/"x"', '"x"', True),
@@ -112,7 +141,8 @@ def test_http_date_unreadable(text: str | None) -> None:
        st.integers(0, 2**64 - 1), st.sampled_from([200, 304]), st.integers(0, 63))
 def test_an_identical_fetch_is_never_a_change(body: bytes, text: bytes, simhash: int, status: int,
                                               threshold: int) -> None:
-    stored = dataclasses.replace(STORED, body_digest=body, text_digest=text, simhash=simhash)
-    same = fetch(status=status, body_digest=body, text_digest=text, simhash=simhash)
+    stored = dataclasses.replace(STORED, body_digest=body, text_digest=text, simhash=simhash,
+                                 wording_digest=text)
+    same = fetch(status=status, body_digest=body, text_digest=text, simhash=simhash, wording_digest=text)
     decision = detect_change(stored, same, threshold)
     assert decision.changed is False

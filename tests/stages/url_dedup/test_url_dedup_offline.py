@@ -14,7 +14,7 @@ from streams.runtime.store import MemoryStore
 from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
-from streams.urls.canonical import fingerprint, host_of
+from streams.urls.canonical import fingerprint, host_of, scoped, unscoped
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
@@ -97,3 +97,49 @@ def test_canonicalize_command_writes_one_line_per_input_line() -> None:
     assert first["fingerprint"] == fingerprint("http://example.com/b").hex()
     assert second == {"url": "ftp://example.com/",
                       "error": "unsupported_scheme: scheme 'ftp' is not http or https"}
+
+
+def _offline(stage: UrlDedupStage, store: MemoryStore,
+             records: list[dict[str, object]]) -> list[dict[str, object]]:
+    sink = _Sink()
+    run_offline(SPEC.topology(Topics(), "app"), stage, store, _lines(*records), out=sink)  # type: ignore[arg-type]
+    return [orjson.loads(line) for line in sink.data.splitlines()]
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_named_crawl_sees_only_its_own_urls_and_an_unnamed_record_is_read_as_before() -> None:
+    """A URL is new once per crawl name: a new crawl sees none of an earlier one's URLs; records
+    without a name (or with null) share the unnamed crawl, keyed by the URL's fingerprint alone."""
+    stage, store = UrlDedupStage(), MemoryStore()
+    out = _offline(stage, store, [
+        {"url": "http://a.example/x"}, {"url": "http://a.example/x", "crawl": "june"},
+        {"url": "HTTP://A.example:80/x", "crawl": "june"}, {"url": "http://a.example/x", "crawl": None},
+        {"url": "http://a.example/x", "crawl": "july"}, {"url": "http://a.example/x", "crawl": "june july"},
+    ])
+    assert [(record["canonical"], record.get("crawl")) for record in out] == [
+        ("http://a.example/x", None), ("http://a.example/x", "june"), ("http://a.example/x", "july"),
+        ("http://a.example/x", "june july")]
+    assert [record["fingerprint"] for record in out] == [
+        fingerprint("http://a.example/x").hex(), fingerprint("http://a.example/x", "june").hex(),
+        fingerprint("http://a.example/x", "july").hex(), fingerprint("http://a.example/x", "june july").hex()]
+    assert len({record["fingerprint"] for record in out}) == 4
+    again = _offline(stage, store, [{"url": "http://a.example/x", "crawl": "june"}, {"url": "http://a.example/x"}])
+    assert again == []
+
+
+@pytest.mark.parametrize(("crawl", "url"), [("", "http://a.example/x"), ("june", "http://a.example/x"),
+                                            ("june july", "http://a.example/a%20b"), ("a b c", "https://b.example/")])
+def test_a_scoped_value_gives_back_its_crawl_and_url(crawl: str, url: str) -> None:
+    assert unscoped(scoped(url, crawl)) == (crawl, url)
+    assert fingerprint(url, crawl) == fingerprint(scoped(url, crawl))

@@ -21,7 +21,11 @@ class SiteSpider(scrapy.Spider):
             setattr(spider, "allowed_domains", domains)  # noqa: B010 - not declared by Spider
         return spider
 
-    async def start(self) -> Any:
+    async def start(self) -> Any:  # Scrapy 2.13 and later
+        for request in self.start_requests():
+            yield request
+
+    def start_requests(self) -> Iterator[scrapy.Request]:  # before 2.13 (the scrapy extra takes 2.11.2)
         for url in self.settings.getlist("SITE_START_URLS") or ["http://site0.test/p/0.html"]:
             yield scrapy.Request(url)
 

@@ -1,0 +1,171 @@
+"""The real histories as a website: each page version rendered into HTML, served with churn.
+
+A fetch of a page at time ``t`` gets the page's file as it was at ``t`` (bench/revisit_history.py),
+its markdown rendered (markdown-it-py, CommonMark with tables and raw HTML; YAML front matter gives
+the title) inside one template per site: a header with the site's navigation, a sidebar listing the
+titles of the site's pages as they are at ``t`` (so one page's new title changes every page's
+sidebar: real boilerplate change), the article, and a footer. Around it, churn that a crawler must
+not take for a change, drawn afresh for every response: a view counter, the time of rendering and
+a build id, a session token in the sign-in link, a CSRF token in a meta tag and a hidden form field,
+a rotating "popular pages" list and a rotating sponsor's sentence.
+
+The truth: a page *changed* when the visible text of its article (title and rendered body, tags
+stripped, whitespace collapsed) differs; a commit that only touched front matter, markup or
+whitespace does not change it. Half the pages (drawn by URL) answer conditional requests: a strong
+ETag of the article and sidebar as built, Last-Modified the last time either changed, and 304 to a
+matching If-None-Match (RFC 9110 section 13.2.2: If-Modified-Since only without one). The other
+half send no validators and always answer 200.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import html
+import random
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import yaml
+from markdown_it import MarkdownIt
+
+from bench.revisit_history import Dataset, Page
+
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+_MARKDOWN = MarkdownIt("commonmark", {"html": True}).enable("table")
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.S)
+_MDX_IMPORT = re.compile(r"^(import|export) .*$", re.M)
+_TAG = re.compile(r"<[^>]*>")
+_SPONSORS = (
+    "Ship faster with hosted search for your documentation: instant answers, typo tolerance, analytics.",
+    "Our cloud runs your builds on every push. Free for open source projects, forever.",
+    "Learn the framework from the people who build it: video courses, now twenty percent off.",
+    "Monitor your production errors and performance in one place. Start a free trial today.",
+    "Deploy to the edge in seconds with automatic previews for every pull request you open.",
+    "Hire developers who already know this stack: post a job on our board and reach thousands.",
+)
+
+
+@dataclass
+class Version:
+    start_s: float
+    title: str
+    article: str       # rendered HTML of the article (title and body)
+    text_id: int       # interned visible text: equal ids, equal text
+
+
+@dataclass
+class SitePage:
+    """A page as served: its versions, the site's other pages, its server's habits."""
+
+    index: int
+    url: str
+    host: str
+    conditional: bool
+    versions: list[Version]
+    starts: list[float] = field(default_factory=list)
+    fetches: int = 0
+
+    def __post_init__(self) -> None:
+        self.starts = [v.start_s for v in self.versions]
+
+    def at(self, t_s: float) -> Version:
+        return self.versions[max(0, bisect.bisect_right(self.starts, t_s) - 1)]
+
+    def real_changes(self, begin_s: float = 0.0, end_s: float = float("inf")) -> int:
+        """Changes of the article's text with ``begin_s < t <= end_s``."""
+        return sum(1 for a, b in zip(self.versions, self.versions[1:], strict=False)
+                   if a.text_id != b.text_id and begin_s < b.start_s <= end_s)
+
+
+class Site:
+    """Every page of the dataset, rendered once per version, grouped by host."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        texts: dict[str, int] = {}
+        self.window_s = dataset.window_s
+        self.pages = [_site_page(i, page, texts) for i, page in enumerate(dataset.pages)]
+        self.by_host: dict[str, list[SitePage]] = {}
+        for page in self.pages:
+            self.by_host.setdefault(page.host, []).append(page)
+
+    def respond(self, page: SitePage, t_s: float, request: dict[str, str]) -> dict[str, Any]:
+        """The ``fetched_page`` record of a GET of ``page`` at ``t_s`` with ``request``'s headers."""
+        page.fetches += 1
+        version = page.at(t_s)
+        siblings = self.by_host[page.host]
+        sidebar = "".join(f'<li><a href="{s.url}">{html.escape(s.at(t_s).title)}</a></li>' for s in siblings)
+        fetched_at = (EPOCH + timedelta(seconds=t_s)).isoformat().replace("+00:00", "Z")
+        headers: dict[str, str] = {}
+        if page.conditional:
+            built = hashlib.blake2b((version.article + sidebar).encode(), digest_size=8).hexdigest()
+            headers["ETag"] = f'"{built}"'
+            changed_s = max(version.start_s, *(s.at(t_s).start_s for s in siblings))
+            headers["Last-Modified"] = format_datetime(EPOCH + timedelta(seconds=int(changed_s)), usegmt=True)
+            if request.get("If-None-Match") == headers["ETag"]:
+                return {"url": page.url, "status": 304, "headers": headers, "fetched_at": fetched_at}
+        body = self._body(page, version, sidebar, t_s, siblings)
+        return {"url": page.url, "status": 200, "headers": headers,
+                "content_type": "text/html; charset=utf-8", "body": body, "fetched_at": fetched_at}
+
+    def _body(self, page: SitePage, version: Version, sidebar: str, t_s: float,
+              siblings: list[SitePage]) -> str:
+        rng = random.Random(f"{page.url}:{page.fetches}")
+        token = f"{rng.getrandbits(128):032x}"
+        popular = "".join(f'<li><a href="{s.url}">{html.escape(s.at(t_s).title)}</a></li>'
+                          for s in rng.sample(siblings, min(5, len(siblings))))
+        rendered = (EPOCH + timedelta(seconds=t_s)).strftime("%Y-%m-%d %H:%M:%S")
+        return (
+            f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<title>{html.escape(version.title)} | {page.host}</title>'
+            f'<meta name="csrf-token" content="{token}"></head><body>'
+            f'<header><nav><a href="/">{page.host}</a> <a href="/guide/">Guide</a> <a href="/api/">API</a> '
+            f'<a href="/blog/">Blog</a> <a href="/login?session={token}">Sign in</a></nav>'
+            f'<form action="/search"><input name="q"><input type="hidden" name="csrf" value="{token}"></form>'
+            f'</header><div class="layout"><aside class="sidebar"><nav><ul>{sidebar}</ul></nav>'
+            f'<div class="popular"><h3>Popular pages</h3><ul>{popular}</ul></div></aside>'
+            f'<main><article>{version.article}</article></main>'
+            f'<aside class="sponsor"><p>{rng.choice(_SPONSORS)}</p></aside></div>'
+            f'<footer><p>{rng.randint(1_000, 2_000_000):,} views. Rendered {rendered} UTC in '
+            f'{rng.randint(8, 90)} ms, build {token[:7]}.</p><p>Content licensed CC BY 4.0.</p></footer>'
+            f'</body></html>')
+
+
+def render(path: str, source: str) -> tuple[str, str]:
+    """(title, article HTML) of one file version: front matter's title, else the first heading."""
+    meta: dict[str, Any] = {}
+    found = _FRONT_MATTER.match(source)
+    if found:
+        try:
+            loaded = yaml.safe_load(found.group(1))
+            meta = loaded if isinstance(loaded, dict) else {}
+        except yaml.YAMLError:
+            meta = {}
+        source = source[found.end():]
+    if path.endswith(".mdx"):
+        source = _MDX_IMPORT.sub("", source)
+    title = str(meta.get("title") or meta.get("linkTitle") or "")
+    if not title:
+        heading = re.search(r"^# (.+)$", source, re.M)
+        title = heading.group(1).strip() if heading else path.rsplit("/", 1)[-1]
+        if heading:
+            source = source[:heading.start()] + source[heading.end():]
+    return title, f"<h1>{html.escape(title)}</h1>{_MARKDOWN.render(source)}"
+
+
+def visible_text(article: str) -> str:
+    """What a reader sees of the article: tags out, entities read, whitespace collapsed."""
+    return " ".join(html.unescape(_TAG.sub(" ", article)).split())
+
+
+def _site_page(index: int, page: Page, texts: dict[str, int]) -> SitePage:
+    versions = []
+    for start_s, source in page.versions:
+        title, article = render(page.path, source)
+        text_id = texts.setdefault(visible_text(article), len(texts))
+        versions.append(Version(start_s, title, article, text_id))
+    conditional = hashlib.blake2b(page.url.encode(), digest_size=1).digest()[0] % 2 == 0
+    return SitePage(index, page.url, page.host, conditional, versions)

@@ -1,0 +1,115 @@
+"""The worker's HTTP endpoint: ``/metrics``, ``/healthz`` and ``/readyz`` on one port.
+
+What an orchestrator reads is the status code; the body (JSON) says why, for the operator:
+
+- ``/healthz`` (liveness): 200 while the main loop shows a sign of life within
+  ``stall_after_s`` (a loop turn, a committed part of a batch, a chunk of changelog replayed), 503
+  once it has not for that long: the process is wedged, restart it. A worker that is still
+  recovering is alive (recovery reports its progress), and so is one that waits for input.
+- ``/readyz`` (readiness): 200 once the worker has its assignment from the group, has recovered the
+  shards of that assignment from their changelogs and is consuming (its loop turned since); 503
+  before that (joining the group, recovering) and while it stops. An assignment may be empty (more
+  workers than shards): such a worker is ready, as a standby.
+
+The port is the worker's metrics port, taken exactly: a port in use is a start-up error naming it,
+``0`` explicitly asks for any free port (logged). Answers are computed from
+:class:`~streams.runtime.lifecycle.Lifecycle`, whose fields the engine's thread rebinds whole.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import orjson
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from streams.errors import ConfigError
+from streams.runtime.lifecycle import Lifecycle
+
+log = logging.getLogger(__name__)
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+Answer = tuple[bool, dict[str, Any]]
+
+
+def liveness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:
+    """(alive, facts): the main loop showed a sign of life within ``stall_after_s``."""
+    quiet_s = (time.monotonic() if now is None else now) - lifecycle.last_turn
+    alive = quiet_s <= stall_after_s or lifecycle.phase == "stopped"
+    return alive, {"status": "ok" if alive else "stalled", "phase": lifecycle.phase,
+                   "seconds_since_loop_turned": round(quiet_s, 3), "stall_after_s": stall_after_s}
+
+
+def readiness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:
+    """(ready, facts): assigned, recovered, consuming, and not stalled."""
+    alive, facts = liveness(lifecycle, stall_after_s, now)
+    ready = lifecycle.ready and alive
+    shards = sorted(p for t, p in lifecycle.owned if t in lifecycle.shard_topics)
+    recovering = {str(shard): {"replayed": job.done, "to_replay": job.total,
+                               "percent": round(100 * job.ratio, 1)}
+                  for shard, job in sorted(lifecycle.recovery.items()) if job.remaining > 0}
+    return ready, {"ready": ready, "phase": lifecycle.phase, "assigned": lifecycle.assigned,
+                   "shards": shards, "partitions": len(lifecycle.owned), "recovering": recovering,
+                   "stalled": not alive}
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Probes every few seconds are not log lines."""
+
+
+class Endpoint:
+    """The WSGI application: the registry on ``/metrics``, the two probes, 404 elsewhere."""
+
+    def __init__(self, registry: CollectorRegistry, lifecycle: Lifecycle | None,
+                 stall_after_s: float) -> None:
+        self._metrics = make_wsgi_app(registry)
+        self._lifecycle, self._stall_after_s = lifecycle, stall_after_s
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path in {"/metrics", "/"}:
+            answer: Iterable[bytes] = self._metrics(environ, start_response)
+            return answer
+        probe = {"/healthz": liveness, "/readyz": readiness}.get(path)
+        if probe is None or self._lifecycle is None:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics, /healthz, /readyz\n"]
+        ok, facts = probe(self._lifecycle, self._stall_after_s)
+        body = orjson.dumps(facts) + b"\n"
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                        ("Cache-Control", "no-store")])
+        return [body]
+
+
+def serve(app: Endpoint, host: str, port: int) -> int:
+    """Serve ``app`` on ``host:port`` in a daemon thread; return the port bound (``0``: any)."""
+    server_class = _Server6 if ":" in host else _Server
+    try:
+        server = make_server(host, port, app, server_class=server_class, handler_class=_Quiet)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise ConfigError(f"metrics port {port} on {host} is taken (another worker on this host?): "
+                              "give each worker its own with --metrics-port or STREAMS_METRICS_PORT, "
+                              "or 0 for any free port") from error
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {error}") from error
+    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
+    bound: int = server.server_port
+    return bound

@@ -1,0 +1,76 @@
+"""What the revisit stage compares between two fetches of a page: digests and SimHash of its change text.
+
+:func:`change_features` is :func:`streams.pages.analyze.analyze_page`'s counterpart for change
+rather than copies. It decides whether a page is compared at all by the same rules (the same
+:class:`~streams.pages.decode.Skipped` reasons), decodes it the same way, and fingerprints the same
+kind of features, but of :func:`streams.pages.extract.change_text` (the main text, with a fallback
+that leaves the site's boilerplate out), and it adds the *wording digest*: BLAKE2b-128 of that text
+with every number masked (:func:`mask_numbers`).
+
+Why a second digest: the text digest tells "not one character of the text moved"; a page whose text
+moved by a view counter, a "3 minutes ago" or a date inside the article (numbers) has not changed
+for a reader or an index, while a one-word edit of a long page has, though it may move a 64-bit
+SimHash by no bit at all (a word of a 1,500-word page is two of its ~3,000 shingles). So equal
+wording digests mean "only numbers moved", and different ones mean the words changed, however
+little; the SimHash distance then grades the change instead of deciding it. Numbers are the one
+exception, chosen because the page stage leaves them out of its features for the same reason
+(:mod:`streams.pages.features`, version 2): an edit that changes only numbers (a version, a price)
+is not seen. The content-seen stage never calls this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from streams import records
+from streams.pages.analyze import PageSettings, digest, skip_reason
+from streams.pages.decode import Skipped, decode_page
+from streams.pages.extract import change_text
+from streams.pages.features import text_tokens, tokens_features
+from streams.pages.simhash import simhash64
+
+CHANGE_FEATURES_VERSION: Final = 1
+"""Bumped whenever the change text, the masking or the features could change for some page."""
+
+# A run of digits with its separators (1,234,567 and 12:03:44 and 1.2.3 are one number each).
+_NUMBER: Final = re.compile(r"\d+(?:[.,:'\u00a0\u202f ]\d+)*")
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeFeatures:
+    """``text_digest``: BLAKE2b-128 of the change text; ``wording_digest``: of it with numbers
+    masked; ``simhash``: 64-bit SimHash of its features; ``text_chars``: its length."""
+
+    text_digest: bytes
+    wording_digest: bytes
+    simhash: int
+    text_chars: int
+
+
+def mask_numbers(text: str) -> str:
+    """Every number replaced by ``0``: ``"read 1,041 times at 12:03"`` -> ``"read 0 times at 0"``."""
+    return _NUMBER.sub("0", text)
+
+
+def change_features(record: Mapping[str, Any], settings: PageSettings,
+                    body: bytes | str | None = None) -> ChangeFeatures | Skipped:
+    """The change features of a fetched page, or why it is not compared (as ``analyze_page``)."""
+    skipped = skip_reason(record)
+    if skipped is not None:
+        return Skipped(skipped)
+    body = records.body_bytes(record) if body is None else body
+    decoded = decode_page(body, record.get("content_type"), record.get("headers") or {})
+    if isinstance(decoded, Skipped):
+        return decoded
+    text = change_text(decoded, min_main_chars=settings.min_main_chars)
+    tokens, numbers = text_tokens(text, cjk_ngram_chars=settings.cjk_ngram_chars)
+    hashes, weights = tokens_features(tokens, numbers, shingle_words=settings.shingle_words,
+                                      weighting=settings.weighting)
+    if hashes.size == 0:
+        return Skipped("no_text")
+    return ChangeFeatures(text_digest=digest(text.encode("utf-8")),
+                          wording_digest=digest(mask_numbers(text).encode("utf-8")),
+                          simhash=simhash64(hashes, weights), text_chars=len(text))
