@@ -31,6 +31,7 @@ import pytest
 
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.revisit.spec import SPEC
 from streams.stages.revisit.stage import RevisitStage
 from streams.topics import Topics
 
@@ -102,12 +103,12 @@ def churn(html: str, rng: random.Random) -> str:
 
 
 def changed(before: str, after: str) -> bool | None:
-    stage = RevisitStage(TOPICS, "test")
+    stage = RevisitStage()
     out = io.BytesIO()
     lines = [orjson.dumps({"url": "http://corpus.example/page", "status": 200, "content_type": "text/html",
                            "body": body, "fetched_at": f"2026-01-0{day}T00:00:00Z"})
              for day, body in ((1, before), (2, after))]
-    run_offline(stage, MemoryStore(), lines, TOPICS.revisit_updates, out=out)
+    run_offline(SPEC.topology(TOPICS, "test"), stage, MemoryStore(), lines, out=out)
     decision: bool | None = orjson.loads(out.getvalue().splitlines()[1])["changed"]
     return decision
 
