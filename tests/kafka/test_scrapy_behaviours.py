@@ -233,7 +233,11 @@ def test_scrapys_scheduler_stats_say_what_this_process_knows(crawls: dict[str, C
     assert ours["dupefilter/filtered"] == theirs["dupefilter/filtered"] == 2  # asked again; redirect-same
     for counts in (theirs, ours):
         assert counts["scheduler/dequeued"] == counts["downloader/request_count"]
-    assert ours["scheduler/dequeued"] == len(crawls["stages"].hits)
+    # Each request dequeued reached the site, unless it failed on the way and the downloader counted
+    # it (an attempt retried after ResponseNeverReceived, seen with Scrapy 2.11.2, may or may not
+    # have been logged by the site before the connection dropped).
+    failed = ours.get("downloader/exception_count", 0)
+    assert ours["scheduler/dequeued"] - failed <= len(crawls["stages"].hits) <= ours["scheduler/dequeued"]
     assert ours["scheduler/enqueued"] == ours["scheduler/enqueued/kafka"] + ours["scheduler/enqueued/memory"]
     assert ours["scheduler/dequeued"] == ours["scheduler/dequeued/kafka"] + ours["scheduler/dequeued/memory"]
     assert ours["scheduler/enqueued/kafka"] > 0 and ours["crawl_dedup/url_round_trips"] > 0
