@@ -43,10 +43,15 @@ $(JARS): $(STAMP) streams/kafka_release.json
 	$(PY) -m streams kafka fetch
 	touch $@
 
+# The commit messages checked are those of the commits HEAD adds to COMMITS_BASE (tools/commit_messages.py).
+COMMITS_BASE ?= main
+
 lint: venv
-	$(VENV)/bin/ruff check streams tests bench tools setup.py
+	$(VENV)/bin/ruff check streams tests testing bench tools setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
+	$(PY) tools/import_rules.py streams
+	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
 unit: venv
 	$(PY) -m pytest -m "not kafka" -q
@@ -66,7 +71,7 @@ unit-pure: venv
 test: venv jars lint unit-pure wheel-check alerts
 	$(PY) -m pytest -m "not slow" -q
 
-# Debian's Prometheus: promtool for the rules, and the server tests/test_prometheus_kafka.py runs
+# Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
 # itself on 127.0.0.1 with the shipped configuration. Installed here when missing and running as
 # root (as bench-url installs redis-server); the package's own service is never used: where its
 # install started it, it is stopped again.

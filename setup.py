@@ -36,6 +36,7 @@ COMPILED = (
     "streams/records.py",
     "streams/stages/url_dedup/stage.py",
     "streams/runtime/batch.py",
+    "streams/runtime/commit.py",
     "streams/runtime/counters.py",
     "streams/runtime/engine.py",
     "streams/runtime/outputs.py",

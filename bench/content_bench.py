@@ -12,7 +12,7 @@
    ``--lookup-sizes`` fingerprints in its block tables (bench/content_lookup.py), read through
    once (the steady state of a worker sized for its pages); ``--lookup-formats plain,block`` times
    block-based stores with a ``--lookup-cache-mb`` block cache beside them.
-3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/simweb.py, all pages at once so
+3. ``--kills`` SIGKILLs of a worker over a simulated crawl (streams/dev/simweb.py, all pages at once so
    copies race their originals): every page must get exactly one verdict (read_committed), no
    cluster of copies may lose all its members, and the duplicates found are offline mode's on the
    pages in fetch order (at least 99.5 % of them, none it does not call).
@@ -41,15 +41,16 @@ from typing import Any
 import orjson
 
 from bench import content_lookup
-from bench import harness as h
-from bench.neardup_set import CORPUS, corpus_files
-from streams import records, simweb
+from streams import records, registry
+from streams.dev import simweb
 from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore, RocksStore
 from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
+from testing import harness as h
+from testing.neardup_set import CORPUS, corpus_files
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 8
@@ -58,10 +59,10 @@ MIN_FOUND = 0.995  # of offline mode's duplicates, found through Kafka with SIGK
 PYTHON = sys.executable
 
 
-def corpus_records(pages: int) -> tuple[list[bytes], int]:
+def corpus_records(pages: int, corpus: Path = CORPUS) -> tuple[list[bytes], int]:
     """``pages`` fetched-page records: the corpus, then again from mirror hosts; and pages left out."""
     bodies, too_large = [], 0
-    for path in corpus_files():
+    for path in corpus_files(corpus):
         raw = path.read_bytes()
         raw = gzip.decompress(raw) if path.suffix == ".gz" else raw
         encoded = base64.b64encode(raw).decode("ascii")
@@ -91,18 +92,19 @@ def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path, processes: 
     analysis = f"{processes} analysis processes" if processes else "analysis in the worker"
     rate = h.steady_rate(f"content-seen stage (Kafka, 1 worker, {analysis})", command, kafka,
                          topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
-                         via=topics.shards("bench", "content-seen"), partitions=PARTITIONS, unit="pages")
+                         via=registry.spec("content-seen").topology(topics, "bench").shard_topics,
+                         partitions=PARTITIONS, unit="pages")
     verdicts = Counter(orjson.loads(m.value() or b"{}")["verdict"]
                        for m in read_to_end(kafka, topics.page_verdicts))
     return {**rate, "verdicts": dict(verdicts)}
 
 
 def _offline_rate(values: list[bytes], work: Path) -> dict[str, Any]:
-    stage = ContentSeenStage(Topics("offline."), "bench")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "bench")
     store = RocksStore(work / "offline")
     sink = open(work / "offline.jsonl", "wb")  # noqa: SIM115 - closed below
     began = time.perf_counter()
-    run_offline(stage, store, values, "offline.page-verdicts", out=sink)
+    run_offline(topology, ContentSeenStage(), store, values, out=sink)
     seconds = time.perf_counter() - began
     sink.close()
     store.close()
@@ -158,9 +160,9 @@ def _kill_test(kafka: KafkaConfig, articles: int, kills: int, work: Path) -> dic
 
 def _offline_verdicts(values: list[bytes]) -> dict[str, dict[str, Any]]:
     """Offline mode's verdicts on the pages sorted by fetch time (simweb's crawl is in that order)."""
-    stage = ContentSeenStage(Topics("offline."), "kill")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "kill")
     with tempfile.TemporaryFile() as sink:
-        run_offline(stage, MemoryStore(), values, "offline.page-verdicts", out=sink)
+        run_offline(topology, ContentSeenStage(), MemoryStore(), values, out=sink)
         sink.seek(0)
         return {v["url"]: v for v in map(orjson.loads, sink.read().splitlines())}
 

@@ -38,17 +38,22 @@ from typing import Any
 
 import numpy as np
 
-from streams import content_seen
+from streams import registry
 from streams.pages.analyze import PageSettings, design_for
 from streams.pages.blocks import BlockDesign
 from streams.pages.sketch import SKETCH_BYTES, NearDuplicateRule, sketch_shingles
-from streams.runtime.batch import BatchState
+from streams.runtime.batch import BatchState, OwnedShards
+from streams.runtime.context import StageContext
+from streams.runtime.counters import Counters
+from streams.runtime.message import Unreadable
 from streams.runtime.offline import LineMessage
 from streams.runtime.rocks_tables import TableFormat
 from streams.runtime.store import MemoryStore, RocksStore
+from streams.runtime.topology import shard_handlers
 from streams.stages.content_seen import buckets
 from streams.stages.content_seen.buckets import Page, Record
-from streams.stages.content_seen.stage import ContentSeenStage
+from streams.stages.content_seen.shard_records import Probe
+from streams.stages.content_seen.stage import STATE_KEY_PREFIX_BYTES, ContentSeenStage
 from streams.topics import Topics
 
 URL_FORMAT = "https://bench.example/%010d"
@@ -94,7 +99,7 @@ def build(path: Path, design: BlockDesign, fingerprints: np.ndarray, block_cache
           table_format: TableFormat = "plain") -> RocksStore:
     """A store holding every fingerprint in every table, as the stage would have written it."""
     assert len(np.unique(fingerprints)) == len(fingerprints), "one page per SimHash record here"
-    prefix_bytes = content_seen.STATE_KEY_PREFIX_BYTES if table_format == "plain" else None
+    prefix_bytes = STATE_KEY_PREFIX_BYTES if table_format == "plain" else None
     store = RocksStore(path, block_cache_mb=block_cache_mb, plain_table_prefix_bytes=prefix_bytes)
     sample = random.Random(1).sample(range(len(fingerprints)), min(SAMPLE, len(fingerprints)))
     _write_records(store, fingerprints, sample)
@@ -146,12 +151,15 @@ def _write_table(store: RocksStore, design: BlockDesign, table: int, fingerprint
 def _stage_writes(table_key: bytes, members: list[int],
                   fingerprints: np.ndarray) -> dict[bytes, bytes | None]:
     """What the stage itself writes to buckets and records when the pages ``members`` (in fetch
-    order) probe ``table_key``: their probe records through :meth:`ContentSeenStage.process`."""
-    stage = ContentSeenStage(Topics("bench."), "lookup")
+    order) probe ``table_key``: their probe records through the stage's probe processor."""
+    topology = registry.spec("content-seen").topology(Topics("bench."), "lookup")
+    context = StageContext(topology, 1, OwnedShards({}), Unreadable(), Counters(), 1024)
+    probes = shard_handlers(topology, ContentSeenStage().init(context))[topology.shard_topics[0]]
+    stream = context.internal("shards")
     state = BatchState(MemoryStore())
     for i in members:
-        value = content_seen.probe_value(_page(i, int(fingerprints[i])))
-        stage.process(LineMessage(stage.state_topic, i, value, table_key), state)
+        value = stream.frame(Probe(_page(i, int(fingerprints[i]))))
+        probes(LineMessage(stream.topic, i, value, table_key), state)
     return {key: value for key, value in state.writes.items() if key[:1] in (b"t", b"s")}
 
 

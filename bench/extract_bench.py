@@ -5,17 +5,9 @@
 Runs :func:`streams.pages.decode.decode_page` and :func:`streams.pages.extract.extract_text` on the
 181 pages of the Zyte article-extraction benchmark (``../shared/corpus/article-extraction-benchmark``:
 ``html/*.html.gz`` and ``ground-truth.json``, https://github.com/scrapinghub/article-extraction-benchmark)
-and scores each text against the ground-truth ``articleBody`` with that benchmark's metric, written
-here from its description in ``evaluate.py`` (commit 4a3bc979f76c0df73cb95fe272e2fc1b96f9f010):
-
-* tokens are the ``\\w+`` runs of the text; shingles are the 4-grams of tokens (a text of fewer
-  than 4 tokens is one shorter shingle), counted as a multiset;
-* per page, TP = shared shingles (minimum count), FP = predicted extra, FN = true missing, then the
-  three divided by their sum, so every page weighs the same;
-* precision = mean of per-page TP/(TP+FP) over pages with TP+FP > 0, recall likewise with TP+FN;
-  a page with FP = FN = 0 scores 1 on both, a page with TP = FP = 0 scores 0 (resp. TP = FN = 0);
-  F1 = harmonic mean of the two means; accuracy = share of pages whose token lists are equal;
-* "±" is the standard deviation of each figure over ``--bootstrap`` resamples of the pages.
+and scores each text against the ground-truth ``articleBody`` with that benchmark's metric
+(:mod:`testing.extraction`, shared with the tests); "±" is the standard deviation of each figure over
+``--bootstrap`` resamples of the pages.
 
 Rows: the stage's ``main_text``; resiliparse's main-content extraction with its default options
 (what the option choice in ``streams/pages/extract.py`` gains); ``full_text``, all the page's text
@@ -24,7 +16,7 @@ Rows: the stage's ``main_text``; resiliparse's main-content extraction with its 
 Second, F1 of resiliparse's main-content extraction as the options of ``MAIN_OPTIONS`` are turned
 off one at a time from resiliparse's defaults, then together (raw text, before ``normalise_text``).
 
-Third, the charset detectors on the legacy-encoded pages of ``tests/test_pages_decode.py`` (prose
+Third, the charset detectors on the legacy-encoded pages of ``testing/charsets.py`` (prose
 in 17 languages, 36 language/legacy-charset pairs, no declaration): uchardet as ``decode_page`` uses it,
 and charset-normalizer (if installed), each right when its charset decodes the bytes to the text.
 
@@ -38,9 +30,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import random
-import re
-import statistics
 import sys
 import time
 from collections import Counter
@@ -55,14 +44,13 @@ from resiliparse.parse.html import HTMLTree
 
 from streams.pages.decode import DecodedPage, Skipped, decode_page, detect_charset
 from streams.pages.extract import FULL_OPTIONS, MAIN_OPTIONS, extract_text, normalise_text
+from testing.extraction import evaluate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "article-extraction-benchmark"
 RESULTS = REPO_ROOT / "bench" / "results"
 MIN_MAIN_F1 = 0.8
 PASSES = 3
-_TOKEN = re.compile(r"\w+")
-SHINGLE_TOKENS = 4
 
 
 class Page(NamedTuple):
@@ -71,75 +59,12 @@ class Page(NamedTuple):
     truth: str
 
 
-class Scores(NamedTuple):
-    tp: float
-    fp: float
-    fn: float
-
-
 def load_corpus(root: Path = CORPUS) -> list[Page]:
     """The benchmark's pages with their ground truth, in the order of ``ground-truth.json``."""
     truth = json.loads((root / "ground-truth.json").read_text(encoding="utf-8"))
     return [Page(key, gzip.decompress((root / "html" / f"{key}.html.gz").read_bytes()),
                  item.get("articleBody") or "")
             for key, item in truth.items()]
-
-
-# --- the benchmark's metric ----------------------------------------------------------------
-
-
-def shingles(text: str, size: int = SHINGLE_TOKENS) -> Counter[tuple[str, ...]]:
-    tokens = _TOKEN.findall(text)
-    return Counter(tuple(tokens[i:i + size]) for i in range(max(1, len(tokens) - size + 1))
-                   if tokens[i:i + size])
-
-
-def shingle_scores(true: str, predicted: str) -> Scores:
-    """Per-page TP, FP, FN over shingle multisets, normalised to sum to 1 (or all 0)."""
-    truth, guess = shingles(true), shingles(predicted)
-    tp = sum((truth & guess).values())
-    fp = sum((guess - truth).values())
-    fn = sum((truth - guess).values())
-    total = tp + fp + fn
-    return Scores(tp / total, fp / total, fn / total) if total else Scores(0.0, 0.0, 0.0)
-
-
-def precision(s: Scores) -> float:
-    if s.fp == s.fn == 0:
-        return 1.0
-    return 0.0 if s.tp == s.fp == 0 else s.tp / (s.tp + s.fp)
-
-
-def recall(s: Scores) -> float:
-    if s.fp == s.fn == 0:
-        return 1.0
-    return 0.0 if s.tp == s.fn == 0 else s.tp / (s.tp + s.fn)
-
-
-def summary(scores: Sequence[Scores], exact: Sequence[float]) -> dict[str, float]:
-    """The benchmark's figures; 0 where it would divide by zero (a resample with no prediction)."""
-    p = _mean([precision(s) for s in scores if s.tp + s.fp > 0])
-    r = _mean([recall(s) for s in scores if s.tp + s.fn > 0])
-    f1 = 2 * p * r / (p + r) if p + r else 0.0
-    return {"f1": f1, "precision": p, "recall": r, "accuracy": _mean(exact)}
-
-
-def _mean(values: Sequence[float]) -> float:
-    return statistics.mean(values) if values else 0.0
-
-
-def evaluate(truths: Sequence[str], texts: Sequence[str], bootstrap: int, seed: int) -> dict[str, float]:
-    """The benchmark's figures for ``texts`` and the bootstrap standard deviation of each."""
-    scores = [shingle_scores(t, p) for t, p in zip(truths, texts, strict=True)]
-    exact = [float(_TOKEN.findall(t) == _TOKEN.findall(p)) for t, p in zip(truths, texts, strict=True)]
-    result = summary(scores, exact)
-    rng, samples = random.Random(seed), []
-    for _ in range(bootstrap):
-        picks = [rng.randrange(len(scores)) for _ in scores]
-        samples.append(summary([scores[i] for i in picks], [exact[i] for i in picks]))
-    for name in list(result):
-        result[f"{name}_std"] = statistics.stdev(s[name] for s in samples) if bootstrap > 1 else 0.0
-    return result
 
 
 # --- the extractors ------------------------------------------------------------------------
@@ -239,7 +164,7 @@ def _decodes_to(body: bytes, codec: str | None, text: str) -> bool:
 
 def compare_detectors() -> list[dict[str, Any]]:
     """Right answers and time per call of each installed detector on the legacy-encoded samples."""
-    from tests.test_pages_decode import CASES, SAMPLES, encodable, html_page
+    from testing.charsets import CASES, SAMPLES, encodable, html_page
 
     pages = [(f"{case.lang}/{case.encoding}", html_page(encodable(SAMPLES[case.lang], case.encoding)),
               case.encoding) for case in CASES if case.encoding != "utf-8"]
@@ -299,7 +224,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [f"| {row['options']} | {row['f1']:.3f} |" for row in result["ablation"]]
     lines += ["",
               "Charset detection on the undeclared legacy-encoded test pages "
-              "(`tests/test_pages_decode.py`):", "",
+              "(`tests/pages/test_pages_decode.py`):", "",
               "| detector | version | right | ms/call | wrong (page as detected charset) |",
               "|---|---|---:|---:|---|"]
     for row in result["detectors"]:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datasketch import MinHash, MinHashLSH
 from simhash import Simhash, SimhashIndex
 
-from bench.neardup_set import Run
 from streams.pages.features import token_spans
+from testing.neardup_set import Run
 
 BASELINE_SHINGLE = 2
 

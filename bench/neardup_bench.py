@@ -2,7 +2,7 @@
 
     python -m bench.neardup_bench [--clusters N] [--scale 100000,1000000] [--no-grid]
 
-1. The labelled set of bench/neardup_set.py, pages in its shuffled order, scored by its metric
+1. The labelled set of testing/neardup_set.py, pages in its shuffled order, scored by its metric
    (precision, recall and F1 of the duplicate class; also per transformation, CJK and other
    scripts, and pairwise figures).
 2. Systems, fed the same main text (``extract_text``) and, for the baselines, the same shingles
@@ -40,21 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.neardup_set import CORPUS, LabelledPage, Run, Scores, build_set, score
-from streams.pages.analyze import PageSettings, analyze_page, design_for, digest
-from streams.pages.blocks import BlockIndex, expected_bucket_size, near_matches
-from streams.pages.decode import DecodedPage, Skipped, decode_page
+from streams.pages.analyze import PageSettings, design_for
+from streams.pages.blocks import BlockIndex, expected_bucket_size
+from streams.pages.decode import DecodedPage, decode_page
 from streams.pages.extract import extract_text
-from streams.pages.features import feature_hashes, text_tokens, tokens_features
+from streams.pages.features import feature_hashes
 from streams.pages.simhash import simhash64
-from streams.pages.sketch import (
-    DEFAULT_RULE,
-    NearDuplicateRule,
-    PageSignature,
-    is_near_duplicate,
-    match_rank,
-    sketch_tokens,
-)
+from testing.neardup_ours import run_ours, run_ours_on_texts
+from testing.neardup_set import CORPUS, LabelledPage, Run, Scores, build_set, score
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MIN_F1 = 0.95
@@ -63,109 +56,6 @@ LSH_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 # --- systems -------------------------------------------------------------------------------------
-
-
-def run_ours(pages: Sequence[LabelledPage], settings: PageSettings,
-             rule: NearDuplicateRule | None = DEFAULT_RULE) -> Run:
-    """End to end, as the stage does it: ``analyze_page``, then the text digest, then block tables,
-    whose candidates ``rule`` decides by the page sketches (:func:`streams.pages.sketch.is_near_duplicate`);
-    ``rule=None``: SimHash within ``hamming_threshold`` bits, the decision before issue 19."""
-    finder = _Finder(settings) if rule is None else _SketchFinder(settings, rule)
-    run = Run("ours (analyze_page end to end)" + ("" if rule is not None else ", SimHash within k"), [])
-    for page in pages:
-        start = time.perf_counter()
-        analysis = analyze_page(page.record, settings, sketch=rule is not None)
-        middle = time.perf_counter()
-        if isinstance(analysis, Skipped):
-            match = None
-        elif isinstance(finder, _SketchFinder):
-            assert analysis.sketch is not None
-            match = finder.find_and_add(len(run.matches), PageSignature(analysis.simhash, analysis.sketch),
-                                        analysis.text_digest)
-        else:
-            match = finder.find_and_add(len(run.matches), analysis.simhash, analysis.text_digest)
-        run.fingerprint_s += middle - start
-        run.index_s += time.perf_counter() - middle
-        run.matches.append(match)
-    return run
-
-
-class _Finder:
-    """Our matching: an equal text digest first, else the nearest earlier page the tables bring up."""
-
-    def __init__(self, settings: PageSettings) -> None:
-        self.index: BlockIndex[int] = BlockIndex(design_for(settings))
-        self.threshold = settings.hamming_threshold
-        self.digests: dict[bytes, int] = {}
-
-    def find_and_add(self, page: int, fingerprint: int, text_digest: bytes) -> int | None:
-        match = self.digests.get(text_digest)
-        if match is None:
-            near = near_matches(fingerprint, self.index.candidates(fingerprint), self.threshold)
-            match = min(near, key=lambda pair: (pair[1], pair[0]))[0] if near else None
-        self.digests.setdefault(text_digest, page)
-        self.index.add(fingerprint, page)
-        return match
-
-
-class _SketchFinder:
-    """The decision of issue 19: an equal text digest first, else the best earlier page the tables bring
-    up that :func:`is_near_duplicate` accepts (ranked by :func:`match_rank`, then the earliest)."""
-
-    def __init__(self, settings: PageSettings, rule: NearDuplicateRule) -> None:
-        self.index: BlockIndex[int] = BlockIndex(design_for(settings))
-        self.rule = rule
-        self.digests: dict[bytes, int] = {}
-        self.signatures: dict[int, PageSignature] = {}
-
-    def find_and_add(self, page: int, signature: PageSignature, text_digest: bytes) -> int | None:
-        match = self.digests.get(text_digest)
-        if match is None:
-            best: tuple[tuple[int, int], int] | None = None
-            for fingerprint, item in self.index.candidates(signature.simhash):
-                stored, distance = self.signatures[item], (fingerprint ^ signature.simhash).bit_count()
-                if is_near_duplicate(signature, stored, distance, self.rule):
-                    ranked = (match_rank(signature, stored, distance), item)
-                    best = ranked if best is None or ranked < best else best
-            match = None if best is None else best[1]
-        self.digests.setdefault(text_digest, page)
-        self.signatures[page] = signature
-        self.index.add(signature.simhash, page)
-        return match
-
-
-def run_ours_on_texts(texts: Sequence[str | None], settings: PageSettings,
-                      rule: NearDuplicateRule | None = DEFAULT_RULE) -> tuple[Run, list[int | None]]:
-    """Ours from the main texts (features, SimHash, sketch, index); also returns the fingerprints.
-    ``rule=None``: SimHash within ``hamming_threshold`` bits, the decision before issue 19."""
-    k = settings.hamming_threshold
-    name = "ours" if rule is not None else f"ours, SimHash within {k} bits (the decision before)"
-    finder = _Finder(settings) if rule is None else _SketchFinder(settings, rule)
-    run, fingerprints = Run(name, []), []
-    for text in texts:
-        start = time.perf_counter()
-        tokens, numbers = (text_tokens(text, cjk_ngram_chars=settings.cjk_ngram_chars) if text
-                           else (np.zeros(0, np.uint64), np.zeros(0, np.bool_)))
-        hashes, weights = (tokens_features(tokens, numbers, shingle_words=settings.shingle_words,
-                                           weighting=settings.weighting)
-                           if tokens.size else (np.zeros(0, np.uint64), np.zeros(0)))
-        fingerprint = simhash64(hashes, weights) if hashes.size else None
-        text_digest = digest(text.encode("utf-8")) if text else b""
-        signature = None if fingerprint is None or rule is None else PageSignature(fingerprint,
-                                                                                   sketch_tokens(tokens))
-        middle = time.perf_counter()
-        fingerprints.append(fingerprint)
-        run.fingerprint_s += middle - start
-        if fingerprint is None:
-            run.matches.append(None)
-            continue
-        if isinstance(finder, _SketchFinder):
-            assert signature is not None
-            run.matches.append(finder.find_and_add(len(run.matches), signature, text_digest))
-        else:
-            run.matches.append(finder.find_and_add(len(run.matches), fingerprint, text_digest))
-        run.index_s += time.perf_counter() - middle
-    return run, fingerprints
 
 
 # --- inputs, speed, scale ------------------------------------------------------------------------
@@ -389,7 +279,7 @@ def markdown(result: dict[str, Any]) -> str:
     transforms = ", ".join(f"{k} {v}" for k, v in set_["transforms"].items())
     lines = [f"Near-duplicate benchmark, {result['date']} ({result['machine']}, one core): "
              f"`{result['command']}`", "",
-             f"Labelled set (bench/neardup_set.py): {set_['pages']} pages, {set_['clusters']} clusters, "
+             f"Labelled set (testing/neardup_set.py): {set_['pages']} pages, {set_['clusters']} clusters, "
              f"{set_['cjk_pages']} CJK pages; {transforms}. Pages in the set's shuffled order; a page is "
              "a duplicate iff an earlier page has its cluster; a match in another cluster is a false "
              "positive.", ""]

@@ -4,11 +4,11 @@
                                [--partitions 8] [--live-rate 150]
 
 The pages: the shared corpus's HTML pages (``../shared/corpus``, the originals of
-bench/neardup_set.py: long enough and not natural copies of each other), fetched on day 0 in a
+testing/neardup_set.py: long enough and not natural copies of each other), fetched on day 0 in a
 random crawl order, and planted copies of them on other hosts: exact mirrors fetched a day later
 (byte-identical, or with CRLF line endings), URL variants of the page fetched minutes later
 (``http://``, a tracking parameter), and near copies fetched a day later (a few words or numbers of
-the article changed, bench/neardup_transforms.py). Every page is keyed by its URL, so a copy
+the article changed, testing/neardup_transforms.py). Every page is keyed by its URL, so a copy
 usually goes through another partition than its original.
 
 The reference is offline mode (the same stage code, no Kafka) on the pages sorted by their order
@@ -58,15 +58,15 @@ import orjson
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from bench import harness as h
-from bench.neardup_set import CORPUS, Source, load_sources
-from bench.neardup_transforms import UNIT, change_numbers, change_words
-from streams import records
+from streams import records, registry
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore
 from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
+from testing import harness as h
+from testing.neardup_set import CORPUS, Source, load_sources
+from testing.neardup_transforms import UNIT, change_numbers, change_words
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 ORDERS = ("crawl", "reversed", "shuffled", "live")
@@ -141,9 +141,9 @@ def arrange(pages: list[RacePage], order: str, seed: int = SEED) -> list[RacePag
 
 def offline_reference(pages: list[RacePage]) -> dict[str, dict[str, Any]]:
     """Offline mode's verdicts on the pages sorted by order key, by URL."""
-    stage = ContentSeenStage(Topics("offline."), "race")
+    topology = registry.spec("content-seen").topology(Topics("offline."), "race")
     with tempfile.TemporaryFile() as sink:
-        run_offline(stage, MemoryStore(), (page.value for page in pages), "offline.page-verdicts", out=sink)
+        run_offline(topology, ContentSeenStage(), MemoryStore(), (page.value for page in pages), out=sink)
         sink.seek(0)
         verdicts = [orjson.loads(line) for line in sink.read().splitlines()]
     return {verdict["url"]: verdict for verdict in verdicts}

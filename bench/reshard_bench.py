@@ -23,13 +23,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench import harness as h
+from streams import registry
 from streams.pages.analyze import design_for
 from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics, read_to_end
 from streams.runtime.moves import Placed
 from streams.runtime.partitioner import partition_for
 from streams.runtime.reshard import ReshardPlan, reshard
-from streams.runtime.stage import Needs
+from streams.runtime.store_spec import StoreSpec
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FetchHistory, encode_history
@@ -38,6 +38,7 @@ from streams.stages.revisit.stage import RevisitStage
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls import canonical
+from testing import harness as h
 
 OLD_SHARDS, NEW_SHARDS = 4, 8
 RESULTS = Path(__file__).parent / "results"
@@ -80,9 +81,9 @@ def content_entries(count: int, rng: random.Random) -> Iterator[Placed]:
 
 
 STAGES = {
-    "url-dedup": (url_entries, lambda topics: UrlDedupStage(topics, "bench")),
-    "revisit": (revisit_entries, lambda topics: RevisitStage(topics, "bench")),
-    "content-seen": (content_entries, lambda topics: ContentSeenStage(topics, "bench")),
+    "url-dedup": (url_entries, UrlDedupStage),
+    "revisit": (revisit_entries, RevisitStage),
+    "content-seen": (content_entries, ContentSeenStage),
 }
 
 
@@ -111,13 +112,14 @@ def write_state(kafka: KafkaConfig, changelog: str, entries: Iterator[Placed],
 def measure(kafka: KafkaConfig, stage_name: str, entries: int) -> dict[str, float | int | str]:
     make_entries, make_stage = STAGES[stage_name]
     topics = Topics(h.fresh_name("reshard") + ".")
-    stage = make_stage(topics)
-    needs: Needs = stage.needs()
-    identity = dict(needs.identity.entries) if needs.identity is not None else {}
+    store: StoreSpec = make_stage().store()
+    identity = dict(store.identity.entries)
     written = write_state(kafka, topics.changelog("bench", stage_name),
                           make_entries(entries, random.Random(5)), identity)
     began = time.perf_counter()
-    report = reshard(kafka, ReshardPlan(topics, "bench", stage_name, NEW_SHARDS, wait_s=5), needs)
+    internal = tuple(each.name for each in registry.spec(stage_name).internal)
+    report = reshard(kafka, ReshardPlan(topics, "bench", stage_name, NEW_SHARDS, wait_s=5, internal=internal),
+                     store)
     seconds = time.perf_counter() - began
     new_changelog = topics.at_generation(stage_name, 1).changelog("bench", stage_name)
     moved = sum(1 for _ in read_to_end(kafka, new_changelog))

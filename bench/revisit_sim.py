@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import heapq
-import io
+import itertools
 import json
 import math
 import os
@@ -94,19 +94,21 @@ class OfflineStage:
 def in_process_stage(env: dict[str, str]) -> Decide:
     """The same stage called in this process (for quick experiments: ``--driver inprocess``)."""
     from streams import config
-    from streams.runtime.offline import run_offline
+    from streams.runtime.offline import OfflineDriver
     from streams.runtime.store import MemoryStore
+    from streams.stages.revisit.spec import SPEC
     from streams.stages.revisit.stage import RevisitSettings, RevisitStage
     from streams.topics import Topics
 
     topics = Topics()
-    stage = RevisitStage(topics, "sim", config.load(RevisitSettings, "revisit", environ=env))
-    store = MemoryStore()
+    stage = RevisitStage(config.load(RevisitSettings, "revisit", environ=env))
+    driver = OfflineDriver(SPEC.topology(topics, "sim"), stage, MemoryStore())
+    lines = itertools.count(1)
 
     def decide(record: dict[str, Any]) -> dict[str, Any]:
-        out = io.BytesIO()
-        run_offline(stage, store, [orjson.dumps(record)], topics.revisit_updates, out=out)
-        update: dict[str, Any] = orjson.loads(out.getvalue())
+        [emit] = [emit for emit in driver.decide(driver.message(next(lines), orjson.dumps(record)))
+                  if emit.topic == topics.revisit_updates]
+        update: dict[str, Any] = orjson.loads(emit.value or b"{}")
         return update
 
     return decide

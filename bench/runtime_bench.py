@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import harness as h
 from streams.runtime.kafka_io import KafkaConfig
+from testing import harness as h
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 4

@@ -1,6 +1,6 @@
 """Scrapy on crawl-dedup beside Scrapy on scrapy-redis: the same site, spider, processes and concurrency.
 
-The site is bench/scrapy_site.py (articles on four hosts, every link under another spelling,
+The site is testing/scrapy_site.py (articles on four hosts, every link under another spelling,
 mirrors on another host, near copies), served on 127.0.0.1 as the crawlers' HTTP proxy; its access
 log says what was fetched. Each side runs two ``scrapy crawl site`` processes of the example
 project (examples/scrapy) until the crawl is done:
@@ -30,96 +30,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import orjson
-from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-
-from bench import harness as h
-from bench import scrapy_site
-from streams import config
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from streams.urls import canonical
+from testing import harness as h
+from testing import scrapy_site
+from testing.scrapy import read_items, stage_settings, start_scrapy, start_stage, wait_until_running
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = PROJECT_ROOT / "examples" / "scrapy"
 RESULTS = Path(__file__).parent / "results"
-APP = "app"
 RULES = canonical.CanonicalSettings()
 QUICKER_BATCH_WAIT_S = 0.02  # one more row: the stages waiting less for a batch (where the time goes)
 IDLE_CLOSE_S = 0.2  # a spider closes this soon after the crawl is drained (scrapy-redis's: once idle)
 phases: dict[str, tuple[float, float]] = {}  # run -> (first, last fetch) in s from the crawlers' start
 STAT = re.compile(r"'((?:crawl_dedup|scheduler|dupefilter)/[a-z_0-9/]+)': ([0-9.]+)")
-# what a coordinator answers while it loads or moves, right after a broker's start: asked again
-TRANSIENT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                       KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.GROUP_ID_NOT_FOUND,
-                       KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT})
-
-
-def start_stage(kafka: KafkaConfig, prefix: str, stage: str, state: Path,
-                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """One worker of ``stage`` (2 shards), metrics off, its log beside ``state``; ``env``: settings."""
-    command = [sys.executable, "-m", "streams", stage, "--topic-prefix", prefix, "--app-id", APP,
-               "--worker-id", "w0", "--state-dir", str(state), "--shards", "2"]
-    state.parent.mkdir(parents=True, exist_ok=True)
-    with open(state.parent / f"{stage}.log", "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT,
-                                env={**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers,
-                                     "STREAMS_METRICS_ENABLED": "false", **(env or {})})
-
-
-def wait_until_running(kafka: KafkaConfig, topics: Topics,
-                       stages: tuple[str, ...] = ("url-dedup", "content-seen")) -> None:
-    """Until the stages' groups are stable: a crawl's first URL then goes through at once."""
-    admin = AdminClient(kafka.admin())
-    groups = [topics.group(APP, stage) for stage in stages]
-
-    def stable() -> bool:
-        found = admin.describe_consumer_groups(groups)
-        try:
-            return all(found[group].result(timeout=10).state == ConsumerGroupState.STABLE for group in groups)
-        except KafkaException as error:  # a broker just started: its coordinator is not there yet
-            if error.args[0].code() in TRANSIENT or error.args[0].retriable():
-                return False
-            raise
-
-    h.wait_for(stable, timeout_s=90)
-
-
-def start_scrapy(proxy: str, items: Path, log: Path, settings: list[str],
-                 env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``scrapy crawl site`` of the example project through ``proxy``, items as JSON lines."""
-    command = [sys.executable, "-m", "scrapy", "crawl", "site", "-o", str(items), "-s", "LOG_LEVEL=INFO",
-               "-s", "SITE_ALLOWED_DOMAINS=test"]  # the local site only
-    command += [part for setting in settings for part in ("-s", setting)]
-    environment = {**os.environ, **(env or {}), "http_proxy": proxy,
-                   "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(PROJECT_ROOT)])}
-    with open(log, "ab") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=EXAMPLE, env=environment)
-
-
-def stage_settings(kafka: KafkaConfig, prefix: str) -> tuple[list[str], dict[str, str]]:
-    return ([f"CRAWL_DEDUP_TOPIC_PREFIX={prefix}", f"CRAWL_DEDUP_APP_ID={APP}", "CRAWL_DEDUP_IDLE_CLOSE_S=5"],
-            {config.BOOTSTRAP_ENV: kafka.bootstrap_servers})
-
-
-def read_items(paths: list[Path]) -> list[dict[str, Any]]:
-    """Items written as JSON lines (``-o x.jsonl``: a killed process's lines stand)."""
-    return [orjson.loads(line) for path in paths if path.exists() for line in path.read_bytes().splitlines()
-            if line.strip()]
 
 
 def outcome(name: str, site: scrapy_site.Site, fetched: Counter[str], items: list[dict[str, Any]],

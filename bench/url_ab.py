@@ -8,19 +8,24 @@
 directory so that no checkout is importable. Each
 round runs both stages on the same frontier in alternating order (this machine is shared: the
 order must not favour one), then the one-hop passthrough, the same yardstick as ``make bench-url``.
-Prints each round and the best round of each; a speed change is the ratio of the two bests.
+Prints each round and the best round of each; a speed change is the ratio of the two bests. Beside
+the rates, the worker's CPU time (``getrusage`` of the finished child: its process and librdkafka's
+threads, start-up included) gives URLs per CPU second, which other load on a shared machine
+disturbs far less than the wall-clock rate: the ratio of the two medians is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import statistics
 import tempfile
 from pathlib import Path
 
-from bench import harness as h
 from bench.frontier_gen import frontier
 from bench.url_bench import PARTITIONS, passthrough_rate, stage_rate
 from streams.topics import Topics
+from testing import harness as h
 
 
 def main() -> int:
@@ -40,17 +45,30 @@ def main() -> int:
     trees = {"this": h.PROJECT_ROOT, "other": args.other.resolve() if args.other else work}
     pythons = {"this": None, "other": args.other_python}
     rates: dict[str, list[int]] = {"this": [], "other": [], "passthrough, 1 hop": []}
+    per_cpu_s: dict[str, list[int]] = {"this": [], "other": []}
     for round_ in range(args.rounds):
         for name in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
+            before = cpu_s()
             run = stage_rate(kafka, prefix, args.records, work, f"{name}{round_}", tree=trees[name],
                              python=pythons[name])
             rates[name].append(run["urls_per_s"])
+            per_cpu_s[name].append(round(args.records / (cpu_s() - before)))
         yardstick = passthrough_rate(kafka, source, args.records, work, hops=1)
         rates["passthrough, 1 hop"].append(yardstick["urls_per_s"])
-        print(f"round {round_}:", {name: found[-1] for name, found in rates.items()}, flush=True)
+        print(f"round {round_}:", {name: found[-1] for name, found in rates.items()},
+              "URLs per CPU second:", {name: found[-1] for name, found in per_cpu_s.items()}, flush=True)
     best = {name: max(found) for name, found in rates.items()}
     print(f"best of {args.rounds}: {best}; this / other {best['this'] / best['other']:.3f}")
+    medians = {name: statistics.median(found) for name, found in per_cpu_s.items()}
+    print(f"URLs per CPU second, median of {args.rounds}: {medians}; this / other "
+          f"{medians['this'] / medians['other']:.3f}")
     return 0
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process's finished children (each stage worker is waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -35,11 +35,11 @@ from typing import Any
 
 import orjson
 
-from bench import harness as h
 from bench.frontier_gen import frontier
 from bench.url_memory import measure_memory, offline_exact
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
+from testing import harness as h
 
 RESULTS = h.PROJECT_ROOT / "bench" / "results"
 PARTITIONS = 8
@@ -61,7 +61,7 @@ def stage_rate(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: 
                str(work / f"state-{app_id}"), "--shards", str(PARTITIONS)]
     shards = topics.shards(app_id, "url-dedup")
     rate = h.steady_rate("url-dedup stage", command, kafka, topics.group(app_id, "url-dedup"),
-                         topics.frontier, total, work, via=shards)
+                         topics.frontier, total, work, via=[shards])
     # URLs decided or answered at routing never reach the shard topic (README, "The URL stage").
     rate["shard_topic_offsets"] = h.end_offsets(kafka, shards)
     return rate
@@ -95,7 +95,7 @@ def passthrough_rate(kafka: KafkaConfig, source: str, total: int, work: Path, ho
     command = [PYTHON, "-m", "bench.runtimes.passthrough", "--bootstrap", kafka.bootstrap_servers,
                "--input", source, "--output", sink, "--group", group] + (["--via", via] if via else [])
     name = f"passthrough, {hops} hop{'s' if hops > 1 else ''}"
-    return h.steady_rate(name, command, kafka, group, source, total, work, via=via)
+    return h.steady_rate(name, command, kafka, group, source, total, work, via=[via] if via else [])
 
 
 def _scrapy_redis(kafka: KafkaConfig, source: str, total: int, work: Path) -> dict[str, Any]:

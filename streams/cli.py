@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 import sys
 import tempfile
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from streams import config, kafka_command, registry
 from streams.cluster import kafka_config
-from streams.errors import StreamsError
 from streams.ops import logs
 from streams.ops.logs import (
     DEFAULT_LOG_FORMAT,
@@ -29,13 +27,13 @@ from streams.ops.logs import (
     LOG_LEVEL_ENV,
     LOG_LEVELS,
 )
-from streams.registry import StageSpec
-from streams.runtime.stage import Stage
-from streams.runtime.store import PartitionStore
+from streams.spec import StageSpec
 
 if TYPE_CHECKING:
     from streams.runtime.engine import Engine, EngineObserver
-    from streams.stages.url_dedup.settings import UrlDedupSettings
+    from streams.runtime.stage import Stage
+    from streams.runtime.store import PartitionStore
+    from streams.runtime.topology import Topology
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -50,63 +48,29 @@ def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
     return config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix)
 
 
-def _first_seen(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    from streams.runtime.runner import StageTopics, run_stage
-    from streams.stages.first_seen import FirstSeenStage
-
-    kafka = kafka_config(args.config)
-    metadata = AdminClient(kafka.admin()).list_topics(args.input, timeout=30).topics.get(args.input)
-    if metadata is None:
-        raise StreamsError(f"input topic {args.input} does not exist")
-    args.shards = len(metadata.partitions)  # the keyed input is the shard topic
-    stage = FirstSeenStage(args.input, args.output)
-    settings = _runtime_settings(args)
-    logs.bind(stage=stage.name, worker_id=settings.worker_id)
-    run_stage(stage, StageTopics(inputs=[], outputs=[args.output]), kafka, settings,
-              _topic_settings(args), idle_exit_s=args.idle_exit_s, observer=_metrics(args), drain=args.drain)
-    return 0
-
-
-def _url_settings(args: argparse.Namespace) -> UrlDedupSettings:
-    """The URL stage's settings, for the commands that share its options (migrate, canonicalize)."""
-    settings: UrlDedupSettings = _stage_settings(registry.spec("url-dedup"), args)
-    return settings
-
-
-def _stage_settings(spec: StageSpec, args: argparse.Namespace) -> Any:
-    """The stage's own settings: its TOML section and environment, its command-line options over them."""
-    settings_type = spec.settings_type()
-    if settings_type is None or spec.settings_section is None:
-        return None
-    return config.load(settings_type, spec.settings_section, args.config, **spec.overrides(args))
-
-
 def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     """Run a registered stage as a worker, or ``--offline`` on standard input and output."""
-    from streams.runtime.runner import StageTopics, run_stage
-    from streams.runtime.stage import shard_store
-    from streams.topics import Topics
+    from streams.runtime.runner import run_stage
 
     settings = _runtime_settings(args)
     topic_settings = _topic_settings(args)
-    topics = Topics(topic_settings.prefix)
+    topics = spec.topics(topic_settings.prefix, args)
     offline = getattr(args, "offline", False)
     logs.bind(stage=spec.name, worker_id=settings.worker_id)
     if not offline:  # the stage's topics are those of its state's current generation
         from streams.runtime.generations import current_topics
 
         topics = current_topics(kafka_config(args.config), topics, settings.app_id, spec.name)
-    stage = spec.build(topics, settings, _stage_settings(spec, args))
+    stage = spec.build(spec.load_settings(args), settings)
+    topology = spec.topology(topics, settings.app_id)
     if offline:
         with _offline_dir(args) as directory:
-            store = shard_store(stage.needs(), directory / stage.name / "shard-0000", 1,
-                                settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
-            return _offline(stage, store, spec.outputs(topics)[0])
-    io = StageTopics(inputs=spec.inputs(topics), outputs=spec.outputs(topics))
-    run_stage(stage, io, kafka_config(args.config), settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              observer=_metrics(args), generation=topics.generation(spec.name), drain=args.drain)
+            path = directory / spec.name / "shard-0000"
+            store = stage.store().open(path, 1, settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
+            return _offline(topology, stage, store)
+    run_stage(topology, stage, kafka_config(args.config), settings, topic_settings,
+              idle_exit_s=args.idle_exit_s, observer=_metrics(args), generation=topics.generation(spec.name),
+              drain=args.drain)
     return 0
 
 
@@ -130,28 +94,13 @@ def _offline_dir(args: argparse.Namespace) -> Iterator[Path]:
         yield Path(scratch)
 
 
-def _offline(stage: Stage, store: PartitionStore, output_topic: str) -> int:
+def _offline(topology: Topology, stage: Stage, store: PartitionStore) -> int:
     from streams.runtime.offline import run_offline
 
     try:
-        run_offline(stage, store, sys.stdin.buffer, output_topic)
+        run_offline(topology, stage, store, sys.stdin.buffer)
     finally:
         store.close()
-    return 0
-
-
-def _url_migrate(args: argparse.Namespace) -> int:
-    from streams.stages.url_dedup.migrate import migrate
-    from streams.stages.url_dedup.stage import STAGE
-    from streams.topics import Topics
-
-    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
-    topics = Topics(_topic_settings(args).prefix)
-    report = migrate(kafka_config(args.config), topics.group(settings.app_id, STAGE),
-                     topics.shards(settings.app_id, STAGE), topics.changelog(settings.app_id, STAGE),
-                     _url_settings(args))
-    print(f"re-fingerprinted {report.urls} URLs: {report.moved} moved, {report.merged} merged, "
-          f"{report.rejected} refused by the new rules (kept)")
     return 0
 
 
@@ -165,12 +114,12 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
     settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
     topic_settings = _topic_settings(args)
     topics = Topics(topic_settings.prefix)
-    stage = spec.build(topics, settings, _stage_settings(spec, args))
+    stage = spec.build(spec.load_settings(args), settings)
     kafka = kafka_config(args.config)
     plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
                        topic_size_config(settings.max_record_bytes), for_command(kafka, topic_settings),
-                       args.wait_s, args.keep_old)
-    report = reshard(kafka, plan, stage.needs(),
+                       args.wait_s, args.keep_old, tuple(each.name for each in spec.internal))
+    report = reshard(kafka, plan, stage.store(),
                      step=lambda name: print(f"reshard: {name}", flush=True))
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "
           f"generation {report.to_generation} ({report.to_shards} shards): {report.entries_read} entries "
@@ -180,17 +129,8 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
     return 0
 
 
-def _canonicalize(args: argparse.Namespace) -> int:
-    from streams.urls.canonical import canonicalize_lines
-
-    url_settings = _url_settings(args)
-    canonicalize_lines(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"),
-                       sys.stdout, url_settings.canonical())
-    return 0
-
-
 def _demo(args: argparse.Namespace) -> int:
-    from streams import demo
+    from streams.dev import demo
 
     return demo.run()
 
@@ -234,17 +174,32 @@ def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
                          help="how long to wait for the stage's group to empty (default 60)")
     command.add_argument("--keep-old", action="store_true",
                          help="keep the old generation's shard topic and changelog (default: deleted)")
-    registry.add_url_options(command)
+    added = []
+    for spec in stages:  # the options the stages' states depend on: their identities
+        if spec.state_options not in added:
+            spec.state_options(command)
+            added.append(spec.state_options)
     command.set_defaults(handler=partial(_reshard, stages))
 
 
 def add_stage_command(commands: Any, spec: StageSpec) -> None:
-    """The stage's command: the worker options, ``--offline``, and the stage's own options."""
-    command = commands.add_parser(spec.name, help=spec.help)
-    _add_worker_options(command)
-    if spec.options is not None:
-        spec.options(command)
+    """The stage's command: the options naming its topics, the worker options (``--offline``), and
+    the stage's own options."""
+    command = commands.add_parser(spec.name, help=spec.help, description=spec.description)
+    spec.topic_options(command)
+    _add_worker_options(command, offline=spec.offline)
+    spec.options(command)
     command.set_defaults(handler=partial(run_spec, spec))
+
+
+def _add_spec_commands(commands: Any, stages: Sequence[StageSpec], section: str) -> None:
+    """The stages' extra commands of one section (each run with its stage's spec)."""
+    for spec in stages:
+        for extra in spec.commands:
+            if extra.section == section:
+                command = commands.add_parser(extra.name, help=extra.help, description=extra.description)
+                extra.options(command)
+                command.set_defaults(handler=partial(extra.run, spec))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -273,7 +228,7 @@ def _add_global_options(parser: argparse.ArgumentParser, defaults: bool) -> None
                              f"{DEFAULT_LOG_FORMAT}, or {LOG_FORMAT_ENV})")
 
 
-def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentParser:
+def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentParser:
     parser = _Parser(prog=_prog(), description=DESCRIPTION,
                      epilog=f"Each command has its own --help. Start with: {_prog()} kafka start; "
                             f"{_prog()} demo.")
@@ -281,34 +236,11 @@ def _parser(stages: Sequence[StageSpec] = registry.STAGES) -> argparse.ArgumentP
     _add_global_options(parser, defaults=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     kafka_command.add_parser(commands)
-
-    first = commands.add_parser(
-        "first-seen", help="a minimal stateful processor (benchmarks)",
-        description="The runtime's minimal stateful processor: the first record of each key, once "
-                    "(benchmarks and crash tests).")
-    first.add_argument("--input", required=True, help="keyed input topic (also the shard topic)")
-    first.add_argument("--output", required=True)
-    _add_worker_options(first, offline=False)
-    first.set_defaults(handler=_first_seen)
-
-    for spec in stages:
+    for spec in stages:  # the workers
         add_stage_command(commands, spec)
-
-    migrate = commands.add_parser(
-        "url-dedup-migrate", help="re-fingerprint the URL seen-set",
-        description="Re-fingerprint the URL stage's seen-set for new canonicalization settings.")
-    migrate.add_argument("--app-id", default=None)
-    migrate.add_argument("--topic-prefix", default=None)
-    registry.add_url_options(migrate)
-    migrate.set_defaults(handler=_url_migrate)
-
-    _add_reshard_command(commands, stages)
-
-    canonicalize = commands.add_parser(
-        "canonicalize", help="canonical URLs and fingerprints of stdin's URLs",
-        description="URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines.")
-    registry.add_url_options(canonicalize)
-    canonicalize.set_defaults(handler=_canonicalize)
+    _add_spec_commands(commands, stages, "state")  # what manages a stage's state
+    _add_reshard_command(commands, [spec for spec in stages if spec.pipeline])
+    _add_spec_commands(commands, stages, "tool")  # the tools
 
     from streams.ops import lag_command
 
@@ -343,9 +275,9 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
-def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.STAGES) -> int:
+def main(argv: Sequence[str] | None = None, stages: Sequence[StageSpec] = registry.ALL) -> int:
     """Run a command; ``stages`` are the stage commands offered (a stage outside the package runs
-    its own with ``main(stages=[its_spec])``, as tests/test_registry_kafka.py does)."""
+    its own with ``main(stages=[its_spec])``, as tests/kafka/test_registry_kafka.py does)."""
     try:
         logs.env_choice(os.environ, LOG_LEVEL_ENV, DEFAULT_LOG_LEVEL, LOG_LEVELS)
         logs.env_choice(os.environ, LOG_FORMAT_ENV, DEFAULT_LOG_FORMAT, LOG_FORMATS)

@@ -21,7 +21,7 @@ id, the quorum's voters and the replication its topics default to are fields, an
 cluster's. With a SCRAM listener the broker authorizes requests (KRaft's ``StandardAuthorizer``):
 the PLAINTEXT and controller listeners' ``ANONYMOUS`` principal is a super user and a resource
 without ACLs is open to all, so nothing changes until a test or an operator adds an ACL (how a
-revoked permission is tried, tests/test_hostile_cluster_kafka.py).
+revoked permission is tried, tests/kafka/test_hostile_cluster_kafka.py).
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ A stage's state may be moved to another shard count (``python -m streams reshard
 changelog, named ``...<stage>.g<n>.shards`` (generation 0, the first, keeps the plain names), and
 records the current one in the stage's ``...<stage>.generations`` topic. ``generations`` says which
 generation of each stage a worker is built for; its group, and so its input offsets, never change.
+
+A stage declares its topics by name (:class:`streams.spec.StageSpec`): shared ones (``frontier``,
+``new-urls``...) are ``<prefix><name>`` unless ``renamed`` names them otherwise (a stage whose
+topics are given on the command line, ``first-seen``); internal ones are
+``<prefix><app>.<stage>.<name>`` (``shards``, or ``probes`` and ``gather`` for the page stage).
 """
 
 from __future__ import annotations
@@ -23,34 +28,42 @@ class Topics:
 
     prefix: str = "crawl."
     generations: tuple[tuple[str, int], ...] = ()  # (stage, generation) where it is not 0
+    renamed: tuple[tuple[str, str], ...] = ()  # (name, topic) for shared topics named otherwise
+
+    def named(self, name: str) -> str:
+        """The shared topic a stage declares as ``name``: ``<prefix><name>`` unless renamed."""
+        for each, topic in self.renamed:
+            if each == name:
+                return topic
+        return f"{self.prefix}{name}"
 
     @property
     def frontier(self) -> str:
-        return f"{self.prefix}frontier"
+        return self.named("frontier")
 
     @property
     def new_urls(self) -> str:
-        return f"{self.prefix}new-urls"
+        return self.named("new-urls")
 
     @property
     def fetched_pages(self) -> str:
-        return f"{self.prefix}fetched-pages"
+        return self.named("fetched-pages")
 
     @property
     def unique_pages(self) -> str:
-        return f"{self.prefix}unique-pages"
+        return self.named("unique-pages")
 
     @property
     def page_verdicts(self) -> str:
-        return f"{self.prefix}page-verdicts"
+        return self.named("page-verdicts")
 
     @property
     def revisit_updates(self) -> str:
-        return f"{self.prefix}revisit-updates"
+        return self.named("revisit-updates")
 
     @property
     def dead_letters(self) -> str:
-        return f"{self.prefix}dead-letters"
+        return self.named("dead-letters")
 
     def generation(self, stage: str) -> int:
         """The generation of ``stage``'s state these names are for (0 unless resharded)."""
@@ -59,15 +72,19 @@ class Topics:
     def at_generation(self, stage: str, generation: int) -> Topics:
         """These names, with ``stage``'s internal topics those of ``generation``."""
         others = tuple((name, number) for name, number in self.generations if name != stage)
-        return Topics(self.prefix, others + (((stage, generation),) if generation else ()))
+        return Topics(self.prefix, others + (((stage, generation),) if generation else ()), self.renamed)
 
     def _internal(self, app_id: str, stage: str, generation: int | None) -> str:
         number = self.generation(stage) if generation is None else generation
         return f"{self.prefix}{app_id}.{stage}" + (f".g{number}" if number else "")
 
+    def internal(self, app_id: str, stage: str, name: str, generation: int | None = None) -> str:
+        """The stage's internal topic ``name``, keyed by state key; partition i belongs to state shard i."""
+        return f"{self._internal(app_id, stage, generation)}.{name}"
+
     def shards(self, app_id: str, stage: str, generation: int | None = None) -> str:
-        """The stage's internal topic, re-keyed by its state key; partition i is state shard i."""
-        return f"{self._internal(app_id, stage, generation)}.shards"
+        """The internal topic ``shards``: the one of a stage that re-keys its input into one topic."""
+        return self.internal(app_id, stage, "shards", generation)
 
     def changelog(self, app_id: str, stage: str, generation: int | None = None) -> str:
         """The compacted changelog of the stage's state; partition i backs state shard i."""

@@ -9,18 +9,13 @@ fixture are marked ``kafka`` automatically (``make unit`` runs the others).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # Workers started by tests serve their metrics on any free port, never on the stages' own: several
 # workers of a test, and other test runs on the machine, would take each other's (a taken port is a
@@ -54,11 +49,3 @@ def kafka() -> Iterator[KafkaConfig]:
 def prefix() -> str:
     """A fresh topic-name prefix (and app id stem) for one test."""
     return f"t{uuid.uuid4().hex[:10]}."
-
-
-def run_cli(kafka: KafkaConfig, *args: str, timeout_s: float = 120,
-            stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run ``python -m streams`` against the test broker."""
-    env = {**os.environ, config.BOOTSTRAP_ENV: kafka.bootstrap_servers}
-    return subprocess.run([sys.executable, "-m", "streams", *args], input=stdin, capture_output=True,
-                          timeout=timeout_s, env=env, cwd=PROJECT_ROOT, check=False)

@@ -14,7 +14,7 @@ import pytest
 import streams.cli as cli
 from streams import kafka_release
 from streams.version import TESTED_CONFLUENT_KAFKA, TESTED_LIBRDKAFKA, version_text
-from tests.conftest import PROJECT_ROOT
+from testing.cli import PROJECT_ROOT
 
 
 def _run(*args: str, env: dict[str, str] | None = None,

@@ -123,7 +123,8 @@ def broker_round_trip(bin_dir: Path, here: Path) -> None:
 
 def scrapy_at_lowest(wheel: Path, work: Path) -> None:
     """Scrapy's tests against the installed wheel, in a virtualenv that has the lowest Scrapy: the
-    tests and the bench helpers they use are copied beside it, so no checkout code is importable."""
+    tests and the support code they use (testing/) are copied beside it, so no checkout code is
+    importable."""
     release = next(line.split("==")[1] for line in SCRAPY_LOWEST.read_text().splitlines()
                    if line.startswith("scrapy=="))
     bin_dir = new_venv(work / "venv-scrapy")
@@ -132,12 +133,12 @@ def scrapy_at_lowest(wheel: Path, work: Path) -> None:
     found = run([bin_dir / "python", "-c", "import scrapy; print(scrapy.__version__)"], work)
     expect(found.strip() == release, f"Scrapy {release} kept", found)
     suite = work / "suite"
-    for part in ("tests", "bench", "examples", "pyproject.toml"):
+    for part in ("tests", "testing", "examples", "pyproject.toml"):
         source = ROOT / part
         copy = shutil.copytree if source.is_dir() else shutil.copy2
         copy(source, suite / part)
     env = clean_env(bin_dir, STREAMS_TEST_KAFKA_PORT=str(PORT + 10))
-    files = sorted(str(path.relative_to(suite)) for path in (suite / "tests").glob("test_scrapy*.py"))
+    files = sorted(str(path.relative_to(suite)) for path in (suite / "tests").rglob("test_scrapy*.py"))
     run([bin_dir / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], suite, env,
         timeout_s=1800)
 

@@ -10,7 +10,7 @@ its buffer).
 A new URL's request may give rise to requests fetched in this process only (``dont_filter``, not
 GET, not serializable): each *holds* its source's offset (:meth:`Offsets.hold`), which is done only
 once its own work and every hold on it are, so a crash fetches the source again rather than losing
-them. No Scrapy here: ``tests/test_scrapy_unit.py`` drives it alone.
+them. No Scrapy here: ``tests/integrations/test_scrapy_unit.py`` drives it alone.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ consumer again, and a resume between a revocation and the next assignment resume
 assignment is empty then). A flag "paused or not" kept beside the consumer therefore goes wrong
 after a rebalance that falls while the intake is paused: the process believes it reads, and its
 partitions stay paused for good. So the state is laid on the whole assignment again after every
-change (``tests/test_scrapy_pausing.py`` plays that rebalance on the broker).
+change (``tests/kafka/test_scrapy_pausing.py`` plays that rebalance on the broker).
 """
 
 from __future__ import annotations

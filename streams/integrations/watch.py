@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from confluent_kafka.admin import AdminClient
 
 from streams.integrations.settings import CrawlSettings
-from streams.runtime.generations import current_topics
+from streams.runtime.api import current_topics
 
 URL_STAGE = "url-dedup"
 WAIT_POLL_S = 0.1

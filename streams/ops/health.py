@@ -52,7 +52,7 @@ def readiness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = No
     """(ready, facts): assigned, recovered, consuming, and not stalled."""
     alive, facts = liveness(lifecycle, stall_after_s, now)
     ready = lifecycle.ready and alive
-    shards = sorted(p for t, p in lifecycle.owned if t == lifecycle.state_topic)
+    shards = sorted(p for t, p in lifecycle.owned if t in lifecycle.shard_topics)
     recovering = {str(shard): {"replayed": job.done, "to_replay": job.total,
                                "percent": round(100 * job.ratio, 1)}
                   for shard, job in sorted(lifecycle.recovery.items()) if job.remaining > 0}

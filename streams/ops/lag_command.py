@@ -26,9 +26,10 @@ from streams.topics import Topics
 
 
 def stage_topics(topics: Topics, app_id: str, stage: str) -> list[str]:
-    """What a stage's group reads: its input topics (streams/registry.py), then its own shard topic
-    (of the generation ``topics`` names, :func:`current_topics`)."""
-    return [*registry.spec(stage).inputs(topics), topics.shards(app_id, stage)]
+    """What a stage's group reads: its input topics (its spec, streams/registry.py), then its own
+    internal topics (of the generation ``topics`` names, :func:`current_topics`)."""
+    topology = registry.spec(stage).topology(topics, app_id)
+    return [*topology.input_topics, *(topic for _, topic in topology.internal)]
 
 
 def _stage_names() -> list[str]:

@@ -60,7 +60,6 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 DEFAULT_PORTS = stages.metrics_ports()  # by stage name (streams/registry.py)
 DUPLICATE_DECISIONS = frozenset({"seen", "exact", "near", "unchanged"})
-RACE_EVENTS = {"content-seen": ("in_time", "late")}  # the stages that count racing copies
 STORE_GAUGE_INTERVAL_S = 5.0  # RocksDB properties are cheap, but not free on every batch
 COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "records_in": ("Records consumed and committed", ("topic",)),
@@ -180,7 +179,8 @@ class WorkerMetrics:
         known = {spec.name: spec.decisions for spec in stages.STAGES}
         for decision in known.get(self.stage, ()):
             self.counters["decisions"].labels(self.stage, decision)
-        for event in RACE_EVENTS.get(self.stage, ()):
+        races = {spec.name: spec.race_events for spec in stages.ALL}
+        for event in races.get(self.stage, ()):
             self.counters["race_matches"].labels(self.stage, event)
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)
@@ -189,7 +189,7 @@ class WorkerMetrics:
 
     def started(self, engine: Engine) -> None:
         self.lifecycle.lifecycle = engine.lifecycle
-        for topic in engine.stage.route_topics:
+        for topic in engine.topology.input_topics:
             self.counters["records_in"].labels(self.stage, topic)
         self.batch_done(engine)
 
@@ -266,16 +266,17 @@ class MetricsEndpoint:
     """The engine observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
 
     def __init__(self, settings: MetricsSettings, engine: Engine) -> None:
-        self.metrics = WorkerMetrics(engine.stage.name)
+        stage = engine.topology.stage
+        self.metrics = WorkerMetrics(stage)
         self.metrics.lifecycle.lifecycle = engine.lifecycle
-        port = DEFAULT_PORTS.get(engine.stage.name, 9419) if settings.port is None else settings.port
+        port = DEFAULT_PORTS.get(stage, 9419) if settings.port is None else settings.port
         self.port = serve(Endpoint(self.metrics.registry, engine.lifecycle, settings.stall_after_s),
                           settings.host, port)
         shown = f"[{settings.host}]" if ":" in settings.host else settings.host
         log.info("serving http://%s:%d/metrics, /healthz and /readyz", shown, self.port,
                  extra={"fields": {"event": "metrics", "host": settings.host, "port": self.port}})
         admin = AdminClient(engine.kafka.admin())
-        topics = [*engine.stage.route_topics, engine.stage.state_topic]
+        topics = sorted({*engine.topology.input_topics, *engine.topology.shard_topics})
         reader = Consumer(engine.kafka.consumer(engine.group))  # never subscribes: reads commits only
         self._lag = LagMonitor(admin, reader, engine.group, lambda: topic_partitions(admin, topics),
                                self.metrics.report_lag, settings.lag_interval_s)

@@ -58,7 +58,7 @@ class PageSettings:
     """How pages are fingerprinted and compared (the ``[content_seen]`` settings of the stage).
 
     Every field changes the fingerprints or the block tables: stored state is only valid for the
-    values it was built with. Defaults were measured on the labelled set of bench/neardup_set.py
+    values it was built with. Defaults were measured on the labelled set of testing/neardup_set.py
     (docs/near-duplicates.md gives the alternatives' figures).
 
     * ``hamming_threshold`` (3): pages whose SimHashes differ in at most this many of 64 bits are

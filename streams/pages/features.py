@@ -34,7 +34,7 @@ The polynomial is not collision resistant against a chosen input; an adversary w
 tokens collide merges two features of one page, which moves its SimHash by little.
 
 Weights: the shingle's term frequency (``weighting="tf"``, the default). On the labelled set of
-bench/neardup_set.py it found more near-duplicates than ``1 + floor(log2(tf))`` (``"log_tf"``,
+testing/neardup_set.py it found more near-duplicates than ``1 + floor(log2(tf))`` (``"log_tf"``,
 computed exactly with ``frexp``) or plain presence (``"binary"``), with no false positives for any of
 them (docs/near-duplicates.md has the figures). Weights are integers held as float64, so the
 SimHash sums are exact in any summation order.
@@ -129,7 +129,7 @@ def text_tokens(text: str, *, cjk_ngram_chars: int = DEFAULT_CJK_NGRAM_CHARS,
     per character take tens of bytes a character, so a long text would take hundreds of megabytes
     at once (docs/decisions/0002-compiled-hot-path.md, "Page parsing and analysis, measured"); it is
     hashed in pieces of about ``piece_chars``, each cut just before a separator: no token crosses a
-    cut, so the hashes are the same as in one piece (tests/test_hostile_unit.py).
+    cut, so the hashes are the same as in one piece (tests/stages/test_hostile_unit.py).
     """
     if piece_chars < 1:
         raise ValueError("piece_chars must be >= 1")

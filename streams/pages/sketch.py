@@ -40,7 +40,7 @@ the same size.
 The decision (:func:`is_near_duplicate`, :data:`DEFAULT_RULE`): within ``radius`` bits, estimated
 resemblance at least ``min_resemblance`` and sizes within ``min_length_ratio``. The defaults were
 chosen on the judged pairs by repeated stratified cross-validation and checked on the labelled set
-of bench/neardup_set.py (bench/clueweb_bench.py, REPORT and docs give the figures). Exact copies
+of testing/neardup_set.py (bench/clueweb_bench.py, REPORT and docs give the figures). Exact copies
 (equal text digests) are decided before, by the digest.
 
 Everything a check needs travels with a page: :meth:`Sketch.encode` is :data:`SKETCH_BYTES` = 36

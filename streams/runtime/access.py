@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -58,6 +59,45 @@ CONFIRMATIONS, CONFIRMATION_S = 3, 4.0
 RECOVERY = "README, Reliability, 'Hostile cluster events'"
 
 
+class Watch(Protocol):
+    """What the engine asks of a watch (:class:`ClusterWatch`, or :data:`NO_WATCH` for a worker
+    that does not diagnose: a test's)."""
+
+    def client_config(self) -> dict[str, Any]:
+        """What the worker's clients set so that their errors reach the watch."""
+        ...
+
+    def check(self) -> None: ...
+
+    def consumer_error(self, error: KafkaError) -> None: ...
+
+    def cause_of(self, error: BaseException, producer: Producer) -> RuntimeFailure | None: ...
+
+    def after_abort(self, error: KafkaError) -> RuntimeFailure | None: ...
+
+
+class NoWatch:
+    """No diagnosis: client errors are librdkafka's to log, a failure is what it says it is."""
+
+    def client_config(self) -> dict[str, Any]:
+        return {}
+
+    def check(self) -> None:
+        pass
+
+    def consumer_error(self, error: KafkaError) -> None:
+        pass
+
+    def cause_of(self, error: BaseException, producer: Producer) -> RuntimeFailure | None:
+        return None
+
+    def after_abort(self, error: KafkaError) -> RuntimeFailure | None:
+        return None
+
+
+NO_WATCH: Final = NoWatch()
+
+
 @dataclass
 class ClusterWatch:
     """What one worker uses of the cluster, and the causes of failure found so far."""
@@ -72,6 +112,9 @@ class ClusterWatch:
     _auth_error: str = field(default="", init=False)
     _suspect: bool = field(default=False, init=False)
     _looked: float = field(default=0.0, init=False)
+
+    def client_config(self) -> dict[str, Any]:
+        return {"error_cb": self.client_error}
 
     def client_error(self, error: KafkaError) -> None:
         """librdkafka's ``error_cb``: note authentication failures and errors worth a diagnosis (a
@@ -118,6 +161,10 @@ class ClusterWatch:
         except Exception:  # noqa: BLE001 - a producer in a fatal state: nothing more to learn from it
             log.debug("serving the producer's callbacks after the failure failed too", exc_info=True)
         return self.diagnose() or fenced(error)
+
+    def after_abort(self, error: KafkaError) -> RuntimeFailure | None:
+        """The cause of an aborted transaction's error when it may be the cluster's doing."""
+        return self.diagnose() if error.code() in SUSPECT else None
 
     def diagnose(self) -> RuntimeFailure | None:
         """The cause of a failure when it is the cluster's doing (module docstring), else None."""

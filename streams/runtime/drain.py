@@ -27,15 +27,17 @@ DRAIN_SESSION_TIMEOUT_MS = 6_000  # the broker's smallest by default: the group 
 class Cut:
     """Each assigned input partition's cut: its log end when this worker was assigned it."""
 
-    def __init__(self, consumer: Consumer, state_topic: str, timeout_s: float) -> None:
+    draining = True
+
+    def __init__(self, consumer: Consumer, inputs: Iterable[str], timeout_s: float) -> None:
         self._consumer = consumer
-        self._state_topic = state_topic
+        self._inputs = frozenset(inputs)
         self._timeout_s = timeout_s
         self._ends: dict[Partition, int] = {}
 
     def assigned(self, partitions: Sequence[TopicPartition]) -> None:
         for tp in partitions:
-            if tp.topic != self._state_topic:
+            if tp.topic in self._inputs:
                 _, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=False)
                 self._ends[(tp.topic, tp.partition)] = high
 
@@ -61,3 +63,24 @@ class Cut:
         if done:
             self._consumer.pause([TopicPartition(topic, number) for topic, number in done])
         return kept
+
+
+class NoCut(Cut):
+    """A worker that is not draining: no cut, every record routed."""
+
+    draining = False
+
+    def __init__(self) -> None:
+        pass
+
+    def assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        pass
+
+    def revoked(self, partitions: Iterable[Partition]) -> None:
+        pass
+
+    def end(self, partition: Partition) -> int | None:
+        return None
+
+    def within(self, messages: list[Message]) -> list[Message]:
+        return messages

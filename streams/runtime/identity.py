@@ -1,7 +1,7 @@
 """The runtime's check of a shard's identity: what its state was built with, as the stage declares it.
 
 Each stage that keeps versioned state (the URL stage's canonicalization, the page stage's table
-design) declares a :class:`~streams.runtime.stage.StateIdentity`; one worker's
+design) declares a :class:`~streams.runtime.store_spec.StateIdentity`; one worker's
 :class:`ShardIdentities` writes it into new shards and refuses shards built otherwise, for the
 engine and for ``--offline`` alike, so no stage repeats the logic.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from streams.runtime.batch import BatchState
-from streams.runtime.stage import StateIdentity
 from streams.runtime.store import PartitionStore
+from streams.runtime.store_spec import StateIdentity
 
 
 class ShardIdentities:
-    """Checks each shard's :class:`~streams.runtime.stage.StateIdentity` for one worker.
+    """Checks each shard's :class:`~streams.runtime.store_spec.StateIdentity` for one worker.
 
     On open (the store recovered) and on a shard's first use in a transaction: an empty shard is
     given the identity, in the transaction's writes, so it commits, and is changelogged, with the
@@ -24,16 +24,13 @@ class ShardIdentities:
     checked only once such a transaction commits: after an abort its identity is written again.
     """
 
-    def __init__(self, identity: StateIdentity | None) -> None:
+    def __init__(self, identity: StateIdentity) -> None:
         self._identity = identity
         self._checked: set[int] = set()
         self._pending: set[int] = set()
 
     def opened(self, partition: int, store: PartitionStore) -> None:
-        identity = self._identity
-        if identity is None:
-            return
-        found = {key: store.get(key) for key in identity.entries}
+        found = {key: store.get(key) for key in self._identity.entries}
         if any(value is not None for value in found.values()):
             self._compare(partition, found)
             self._checked.add(partition)
@@ -41,7 +38,7 @@ class ShardIdentities:
     def first_use(self, partition: int, state: BatchState) -> None:
         """Called when a transaction first reads shard ``partition``."""
         identity = self._identity
-        if identity is None or partition in self._checked:
+        if partition in self._checked:
             return
         found = {key: state.get(key) for key in identity.entries}
         if all(value is None for value in found.values()):
@@ -52,7 +49,6 @@ class ShardIdentities:
         self._pending.add(partition)
 
     def _compare(self, partition: int, found: Mapping[bytes, bytes | None]) -> None:
-        assert self._identity is not None
         if found != self._identity.entries:
             raise self._identity.refusal(partition, found)
 

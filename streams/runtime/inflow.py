@@ -15,17 +15,20 @@ shard records come back (the page stage keeps pages until their verdict) would o
 backlog far faster than its replies return. The records it does not take are consumed again
 later: their partitions are rewound to the first of them and paused until the stage is ready for
 input, as Kafka Streams pauses a partition whose buffer holds ``buffered.records.per.partition``.
+
+A stage that prepares nothing gets :class:`DirectFlow`: each batch's records routed in it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.runtime.counters import Counters
-from streams.runtime.stage import Message as StageMessage
+from streams.runtime.message import Message as StageMessage
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +43,56 @@ def first_offsets(messages: Iterable[Message]) -> dict[Partition, int]:
     return first
 
 
-class InputFlow:
-    """The input records of a stage that prepares them (``Needs.prepare``), batch to batch."""
+Prepare = Callable[[Sequence[StageMessage]], int]
 
-    def __init__(self, prepare: Callable[[Sequence[StageMessage]], int], ready_for_input: Callable[[], bool],
-                 consumer: Consumer, state_topic: str, counters: Counters) -> None:
+
+class Flow(Protocol):
+    """How a batch's input records reach the stage's ``route`` step."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def arrange(self, batch: list[Message]) -> list[Message]: ...
+
+    def resume_if_ready(self) -> None: ...
+
+    def revoked(self, partitions: set[Partition]) -> None: ...
+
+    def rewind(self, aborted: list[Message]) -> None: ...
+
+
+class DirectFlow:
+    """Each batch routed as it was consumed (a stage that prepares nothing)."""
+
+    holding = False
+
+    def __init__(self, consumer: Consumer, inputs: frozenset[str], counters: Counters) -> None:
+        self._consumer = consumer
+
+    def arrange(self, batch: list[Message]) -> list[Message]:
+        return batch
+
+    def resume_if_ready(self) -> None:
+        pass
+
+    def revoked(self, partitions: set[Partition]) -> None:
+        pass
+
+    def rewind(self, aborted: list[Message]) -> None:
+        """After an abort: each partition of the aborted records back to its first offset among them."""
+        for (topic, partition), offset in first_offsets(aborted).items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+
+
+class InputFlow:
+    """The input records of a stage that prepares them (``context.prepare_input``), batch to batch."""
+
+    def __init__(self, prepare: Prepare, ready_for_input: Callable[[], bool],
+                 consumer: Consumer, inputs: frozenset[str], counters: Counters) -> None:
         self._prepare = prepare
         self._ready_for_input = ready_for_input
         self._consumer = consumer
-        self._state_topic = state_topic
+        self._inputs = inputs
         self._counters = counters  # the worker's: deferred records are counted there
         self._held: list[Message] = []  # prepared in the last batch, routed in the next
         self._paused: set[Partition] = set()  # deferred until the stage is ready for input
@@ -64,13 +108,13 @@ class InputFlow:
         are held for the next batch; the others are deferred. Each partition keeps its order, which
         is all the offsets need; input records only emit and read no state the batch writes, so
         deciding shard records first changes no outcome."""
-        state_topic = self._state_topic
-        inputs = [message for message in batch if message.topic() != state_topic]
+        topics = self._inputs
+        inputs = [message for message in batch if message.topic() in topics]
         taken = self._prepare(inputs)
         if taken < len(inputs):
             self._defer(inputs[taken:])
         routed, self._held = self._held, inputs[:taken]
-        return [message for message in batch if message.topic() == state_topic] + routed
+        return [message for message in batch if message.topic() not in topics] + routed
 
     def _defer(self, deferred: list[Message]) -> None:
         """Consume these records again later: each partition rewound to its first deferred record

@@ -86,9 +86,9 @@ def _offsets(offsets: Mapping[Partition, int]) -> str:
 class Lifecycle:
     """The lifecycle facts of one engine, and the lines that tell them (see the module docstring)."""
 
-    def __init__(self, stage: str, state_topic: str, recovery_log_interval_s: float) -> None:
+    def __init__(self, stage: str, shard_topics: Iterable[str], recovery_log_interval_s: float) -> None:
         self.stage = stage
-        self.state_topic = state_topic
+        self.shard_topics = frozenset(shard_topics)  # partition i of each is shard i
         self.recovery_log_interval_s = recovery_log_interval_s
         self.phase = "starting"  # starting, joining, recovering, running, stopping, stopped
         self.began = time.monotonic()
@@ -134,8 +134,8 @@ class Lifecycle:
         """The group's assignment arrived: log what is owned, gained and lost since the last one."""
         now = frozenset(owned)
         before, self.owned = self.owned, now
-        shards = {p for t, p in now if t == self.state_topic}
-        inputs = {item for item in now if item[0] != self.state_topic}
+        shards = {p for t, p in now if t in self.shard_topics}
+        inputs = {item for item in now if item[0] not in self.shard_topics}
         lost = before - now
         gained = now - before
         self.assigned = True
@@ -155,7 +155,7 @@ class Lifecycle:
                                    "lost": [f"{t}[{p}]" for t, p in sorted(lost)]}})
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
-        gone = {p for t, p in partitions if t == self.state_topic}
+        gone = {p for t, p in partitions if t in self.shard_topics}
         self.recovery = {shard: job for shard, job in self.recovery.items() if shard not in gone}
 
     def recovery_pending(self) -> bool:

@@ -5,7 +5,7 @@ A stage's state is split by the key its shard records are routed by (Kafka's def
 M shards to N means sending each entry to the shard its routing key gives under N. For most entries
 the state key is that routing key, or holds it after a prefix (:class:`KeyedMove`); entries a shard
 keeps about itself (a budget, the progress of its inputs) are merged and re-split by the stage's own
-:class:`StateMove`. The identity entries a stage declares (``Needs.identity``) are the runtime's:
+:class:`StateMove`. The identity entries a stage declares (``StoreSpec.identity``) are the runtime's:
 they go to every new shard (:mod:`streams.runtime.reshard`).
 """
 

@@ -1,11 +1,23 @@
-"""``--offline``: run a stage's own route and process steps on JSON lines, without Kafka.
+"""``--offline``: a stage driven over JSON lines and one local store, without Kafka.
 
-The same :class:`~streams.runtime.stage.Stage` object that the engine drives is driven here: each
-input line is a record of the stage's first input topic; what ``route`` sends to the shard topic is
-processed at once against one local store (one shard: the offline run sees every key), and the
-records emitted to ``output_topic`` are written to stdout, one JSON line each, flushed as soon as
-they are decided so a simulator can drive the stage one record at a time. A rejected line is
-reported on stderr (and, with ``errors_to_stdout``, as ``{"line", "error", "detail"}`` on stdout).
+The offline driver is a driver like the engine (:mod:`streams.runtime.engine`), not a mode of the
+stages: it gives the stage the same context, with one shard that it owns, and runs the same
+processors and services. Each input line is a record of the stage's first input topic and one
+transaction of its own:
+
+1. the stage's ``prepare_input`` sees it, then its ``route`` step;
+2. what reaches an internal topic is processed at once, in the order sent, on the one shard (the
+   offline run sees every key);
+3. the stage's scheduled callbacks run last (:mod:`streams.runtime.schedule`), with the input
+   positions the line moved (one partition, whose log ends at the line: what a worker that
+   routed it would report); what they send is processed too, and the callbacks run again until
+   nothing more is sent;
+4. the shard's writes are applied to the store, the routing memory keeps its notes.
+
+Records emitted to the stage's first output are written to stdout, one JSON line each, flushed as
+soon as their line is decided so a simulator can drive the stage one record at a time. A rejected
+line changes nothing; it is reported on stderr (and, with ``errors_to_stdout``, as
+``{"line", "error", "detail"}`` on stdout).
 """
 
 from __future__ import annotations
@@ -21,12 +33,15 @@ import orjson
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected
 from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.context import StageContext
+from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
-from streams.runtime.routing import RoutingMemory
-from streams.runtime.stage import Needs, Stage, StageContext
+from streams.runtime.message import InputPositions
+from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
+from streams.runtime.topology import Topology, shard_handlers
 
-OFFLINE_DEAD_LETTERS: Final = "dead-letters"  # a stage's own dead letters offline: not written out
+SHARD: Final = 0  # the one shard of an offline run
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +74,104 @@ class LineMessage:
         return (0, 0)
 
 
-def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], output_topic: str,
+class LineReader:
+    """The input reader of an offline run: the line being decided (a page is decided on its own line)."""
+
+    def __init__(self) -> None:
+        self.line: LineMessage | None = None
+
+    def read(self, topic: str, partition: int, offset: int) -> bytes | None:
+        line = self.line
+        if line is not None and (line.topic(), line.partition(), line.offset()) == (topic, partition, offset):
+            return line.value()
+        return None
+
+    def close(self) -> None:
+        self.line = None
+
+
+class OfflineDriver:
+    """One stage over one local store (see the module docstring)."""
+
+    def __init__(self, topology: Topology, stage: Stage, store: PartitionStore,
+                 counters: Counters | None = None) -> None:
+        self.topology = topology
+        self.counters = counters or Counters()
+        self._source = topology.input_topics[0]
+        self._identities = ShardIdentities(stage.store().identity)
+        self._identities.opened(SHARD, store)
+        self.owned = OwnedShards({SHARD: store}, self._identities.first_use)
+        self._reader = LineReader()
+        context = StageContext(topology, 1, self.owned, self._reader, self.counters,
+                               RuntimeSettings.dead_letter_max_value_bytes)
+        processors = stage.init(context)
+        self._route = processors.route
+        self._handlers = shard_handlers(topology, processors)
+        self._services = context.services
+
+    def message(self, number: int, value: bytes, key: bytes | None = None) -> LineMessage:
+        """Line ``number`` as a record of the stage's first input topic."""
+        return LineMessage(self._source, number, value, key)
+
+    def decide(self, message: LineMessage) -> list[Emit]:
+        """One line's transaction: what it emits beyond the internal topics, in order. Raises
+        RecordRejected, with the store and the memory as they were, for a line that is refused."""
+        services, handlers = self._services, self._handlers
+        states = self.owned.begin()
+        self._reader.line = message
+        decided: list[Emit] = []
+        try:
+            services.prepare([message])
+            pending = deque(self._route(message))
+            positions: InputPositions | None = self._positions(message)
+            while True:
+                while pending:
+                    emit = pending.popleft()
+                    if emit.topic not in handlers:
+                        decided.append(emit)
+                        continue
+                    state = self.owned.state(SHARD)
+                    assert state is not None
+                    shard_message = LineMessage(emit.topic, message.offset(), emit.value or b"", emit.key,
+                                                SHARD)
+                    pending.extend(handlers[emit.topic](shard_message, state))
+                pending.extend(services.punctuators.run(positions))
+                positions = None  # reported: the callbacks run again only for what they sent
+                if not pending:
+                    break
+        except RecordRejected:
+            services.routing.aborted()
+            services.punctuators.aborted()
+            self._identities.aborted()
+            raise
+        services.routing.accept_record()
+        for state in states.values():
+            state.store.apply(state.writes, None)
+        services.routing.committed()
+        services.punctuators.committed()
+        self._identities.committed()
+        return decided
+
+    def _positions(self, message: LineMessage) -> InputPositions:
+        """The line routed, and the input's end at it: what a worker routing it would report."""
+        place = (message.topic(), message.partition())
+        return InputPositions({place: message.offset() + 1}, {place: message.offset() + 1},
+                              {message.topic(): 1})
+
+
+def run_offline(topology: Topology, stage: Stage, store: PartitionStore, lines: Iterable[bytes],
                 out: IO[bytes] | None = None, errors_to_stdout: bool = False) -> int:
-    """Feed ``lines`` through ``stage``; write what reaches ``output_topic``; return records written."""
+    """Feed ``lines`` through ``stage``; write what reaches its first output; return records written."""
     out = out if out is not None else sys.stdout.buffer
-    source = stage.route_topics[0]
-    shard = bind_offline(stage, store)
+    output_topic = topology.output_topics[0]
+    driver = OfflineDriver(topology, stage, store)
     written = 0
     for number, line in enumerate(lines, start=1):
         line = line.rstrip(b"\r\n")
         if not line.strip():
             continue
         try:
-            emits = decide_offline(stage, shard, LineMessage(source, number, line))
+            emits = driver.decide(driver.message(number, line))
         except RecordRejected as rejected:
             _report(number, rejected, out if errors_to_stdout else None)
             continue
@@ -81,58 +181,6 @@ def run_offline(stage: Stage, store: PartitionStore, lines: Iterable[bytes], out
                 written += 1
         out.flush()
     return written
-
-
-def offline_context(stage_name: str, needs: Needs, store: PartitionStore,
-                    identities: ShardIdentities) -> StageContext:
-    """The context of an ``--offline`` run: one store, shard 0, holding every key."""
-    owned = OwnedShards({0: store}, identities.first_use)
-    routing = RoutingMemory(needs.routing_memory_keys) if needs.routing_memory_keys else None
-    return StageContext(stage_name, 0, owned, OFFLINE_DEAD_LETTERS,
-                        RuntimeSettings.dead_letter_max_value_bytes, routing=routing)
-
-
-@dataclass(frozen=True, slots=True)
-class OfflineShard:
-    """The one shard of an ``--offline`` run, and the check of its identity."""
-
-    owned: OwnedShards
-    identities: ShardIdentities
-
-
-def bind_offline(stage: Stage, store: PartitionStore) -> OfflineShard:
-    """Bind ``stage`` to a context over ``store`` alone (:func:`offline_context`),
-    after checking the store's identity; returns the one shard, as :func:`decide_offline` takes it."""
-    needs = stage.needs()
-    identities = ShardIdentities(needs.identity)
-    identities.opened(0, store)
-    context = offline_context(stage.name, needs, store, identities)
-    stage.bind(context)
-    return OfflineShard(context.owned, identities)
-
-
-def decide_offline(stage: Stage, shard: OfflineShard, message: LineMessage) -> list[Emit]:
-    """Route one line, then process what reaches the shard topic until nothing does.
-
-    A stage may send records back to its own shard topic (content_seen's probes and replies);
-    offline, every shard is the one local store, so they are processed here in the order sent, each
-    applied at once.
-    """
-    decided: list[Emit] = []
-    pending = deque(stage.route(message))
-    while pending:
-        routed = pending.popleft()
-        if routed.topic != stage.state_topic:
-            decided.append(routed)
-            continue
-        shard.owned.begin()
-        state = shard.owned.state(0)
-        assert state is not None
-        shard_message = LineMessage(stage.state_topic, message.offset(), routed.value or b"", routed.key)
-        pending.extend(stage.process(shard_message, state))
-        state.store.apply(state.writes, None)
-        shard.identities.committed()  # applied at once, as committed: checked once, not per record
-    return decided
 
 
 def _report(number: int, rejected: RecordRejected, out: IO[bytes] | None) -> None:

@@ -7,7 +7,7 @@ Austin Appleby, 32-bit, seed ``0x9747b28c``). Computing it here lets a router kn
 shard before producing it (the URL stage answers repeats of a shard it owns from that shard's
 committed store, see :mod:`streams.stages.url_dedup.stage`), and setting the partition explicitly keeps the
 record exactly where the producer's partitioner would have put it, so state built either way
-agrees. ``tests/test_partitioner.py`` checks Kafka's own test vectors and, against the broker,
+agrees. ``tests/kafka/test_partitioner.py`` checks Kafka's own test vectors and, against the broker,
 the partitions librdkafka chooses.
 """
 
@@ -37,7 +37,7 @@ def _times_m(value: int) -> int:
 
 
 def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` as an unsigned 32-bit value (tests/test_partitioner.py holds Kafka's
+    """Kafka's ``Utils.murmur2`` as an unsigned 32-bit value (tests/kafka/test_partitioner.py holds Kafka's
     test vectors). The URL stage computes it for every fingerprint it routes."""
     length = len(data)
     h = (_SEED ^ length) & _MASK

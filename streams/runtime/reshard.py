@@ -50,7 +50,7 @@ from streams.runtime.kafka_io import (
     read_from,
 )
 from streams.runtime.moves import Placed, StateMove
-from streams.runtime.stage import Needs
+from streams.runtime.store_spec import StoreSpec
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,10 @@ class ReshardPlan:
     replication: Replication | None = None  # None: the cluster's defaults
     wait_s: float = 60.0  # for the group to empty
     keep_old: bool = False
+    internal: tuple[str, ...] = ("shards",)  # the names of the stage's internal topics
+
+    def internal_topics(self, topics: Topics) -> list[str]:
+        return [topics.internal(self.app_id, self.stage, name) for name in self.internal]
 
 
 @dataclass
@@ -88,10 +92,10 @@ class ReshardReport:
         return self.seconds.get("copy", 0.0) / max(self.entries_read, 1) * 1e6
 
 
-def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | None = None) -> ReshardReport:
+def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
+            step: Step | None = None) -> ReshardReport:
     """Move the stage's state to ``plan.shards`` shards; see the module docstring for the steps."""
-    if needs.state_move is None:
-        raise ReshardRefused(f"{plan.stage} declares no way to move its state (Needs.state_move)")
+    store.layout(1, 1)  # refuses a store that declares no way to move its state, before anything
     tell = step or (lambda name: None)
     began = time.monotonic()
     tell("begin")
@@ -104,7 +108,8 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | No
         tell("wait until stopped")
         _wait_until_stopped(kafka, group, plan.wait_s)
         tell("check drained")
-        _check_drained(kafka, group, old.shards(plan.app_id, plan.stage))
+        for internal in plan.internal_topics(old):
+            _check_drained(kafka, group, internal)
     except ReshardRefused:
         write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
@@ -112,21 +117,21 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, needs: Needs, step: Step | No
     tell("copy")
     copied = time.monotonic()
     _create_topics(kafka, plan, new)
-    move = needs.state_move(current.shards, plan.shards)
-    identity = needs.identity.entries if needs.identity is not None else {}
+    move = store.layout(current.shards, plan.shards)
+    identity = store.identity.entries
     try:
         report.entries_read, report.entries_written = _copy_state(
             kafka, old.changelog(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage),
             move, identity, plan.shards)
     except (ReshardRefused, StateError):
-        _delete_topics(kafka, [new.shards(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage)])
+        _delete_topics(kafka, [*plan.internal_topics(new), new.changelog(plan.app_id, plan.stage)])
         write_generation(kafka, _generations_topic(plan), current, plan.replication)
         raise
     report.seconds["copy"] = time.monotonic() - copied
     tell("switch")
     _switch(kafka, plan, Generation(target, plan.shards))
     if not plan.keep_old:
-        _delete_topics(kafka, [old.shards(plan.app_id, plan.stage), old.changelog(plan.app_id, plan.stage)])
+        _delete_topics(kafka, [*plan.internal_topics(old), old.changelog(plan.app_id, plan.stage)])
     report.seconds["total"] = time.monotonic() - began
     return report
 
@@ -150,7 +155,7 @@ def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
     if found.moving_to is not None:
         abandoned = plan.topics.at_generation(plan.stage, found.moving_to)
         log.warning("an earlier reshard to generation %d did not finish: abandoning it", found.moving_to)
-        _delete_topics(kafka, [abandoned.shards(plan.app_id, plan.stage),
+        _delete_topics(kafka, [*plan.internal_topics(abandoned),
                                abandoned.changelog(plan.app_id, plan.stage)])
     write_generation(kafka, _generations_topic(plan),
                      Generation(current.number, current.shards, target, plan.shards), plan.replication)
@@ -186,7 +191,8 @@ def _check_drained(kafka: KafkaConfig, group: str, shard_topic: str) -> None:
 
 def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
     ensure_topics(kafka, [
-        TopicSpec(new.shards(plan.app_id, plan.stage), plan.shards, plan.topic_config, fixed_partitions=True),
+        *(TopicSpec(topic, plan.shards, plan.topic_config, fixed_partitions=True)
+          for topic in plan.internal_topics(new)),
         TopicSpec(new.changelog(plan.app_id, plan.stage), plan.shards, {**COMPACTED, **plan.topic_config},
                   fixed_partitions=True),
     ], plan.replication)

@@ -22,21 +22,22 @@ failing its batch forever.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
-from streams.errors import ShardCountMismatch, StaleGeneration
+from streams.errors import ShardCountMismatch, StaleGeneration, StreamsError
 from streams.runtime.access import ClusterWatch
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
-from streams.runtime.engine import Engine, EngineObserver, stage_dir
+from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
 from streams.runtime.kafka_io import (
     COMPACTED,
@@ -45,10 +46,13 @@ from streams.runtime.kafka_io import (
     TopicSpec,
     ensure_topics,
     output_limits,
+    partition_count,
 )
 from streams.runtime.replication import for_stage as replication_for_stage
+from streams.runtime.shards import stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import disk_errors, private_dir
+from streams.runtime.topology import Topology
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -56,14 +60,6 @@ log = logging.getLogger(__name__)
 # What a stage adds to the largest input record it passes on: a page's SimHash and digests, a URL's
 # canonical form, host and fingerprint (each at most a few kilobytes), with a wide margin.
 OUTPUT_HEADROOM = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class StageTopics:
-    """The topics one stage reads and writes, beyond its shard topic and changelog."""
-
-    inputs: list[str]
-    outputs: list[str]
 
 
 def check_local_shards(directory: Path, shards: int, generation: int = 0) -> None:
@@ -158,53 +154,70 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def run_stage(stage: Stage, io: StageTopics, kafka: KafkaConfig, settings: RuntimeSettings,
+def keyed_input_shards(kafka: KafkaConfig, topology: Topology) -> int:
+    """A stage whose input is keyed already has a shard per input partition."""
+    counts = {topic: partition_count(kafka, topic) for topic in topology.input_topics}
+    missing = [topic for topic, count in counts.items() if count is None]
+    if missing:
+        raise StreamsError(f"input topic {missing[0]} does not exist")
+    found = {count for count in counts.values() if count is not None}
+    if len(found) != 1:
+        raise StreamsError(f"keyed input topics of {topology.stage} differ in partition count: {counts}")
+    return found.pop()
+
+
+def run_stage(topology: Topology, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
               observer: Callable[[Engine], EngineObserver] | None = None, generation: int = 0,
               drain: bool = False) -> Engine:
     """Create topics, check shards, run until stopped; return the engine (for its counters).
 
-    ``observer`` builds the engine's watcher once the engine exists (the CLI passes the metrics
-    endpoint; the runtime itself knows nothing of Prometheus). ``generation``: of the stage's state,
-    the one the stage was built for (its internal topics' names). ``drain``: route the input up to
-    a cut, decide what was routed, and exit once idle (:mod:`streams.runtime.drain`).
+    ``topology``: the stage's topics, of the generation ``generation`` of its state (the one the
+    stage was built for). ``observer`` builds the engine's watcher once the engine exists (the CLI
+    passes the metrics endpoint; the runtime itself knows nothing of Prometheus). ``drain``: route
+    the input up to a cut, decide what was routed, and exit once idle (:mod:`streams.runtime.drain`).
     """
-    topics = Topics(topic_settings.prefix).at_generation(stage.name, generation)
-    changelog = topics.changelog(settings.app_id, stage.name)
-    check = generation_check(kafka, topics, settings.app_id, stage.name, settings.shards)
-    check_local_shards(stage_dir(settings, stage.name), settings.shards, generation)
+    name = topology.stage
+    if topology.keyed_input:
+        settings = dataclasses.replace(settings, shards=keyed_input_shards(kafka, topology))
+    topics = Topics(topic_settings.prefix).at_generation(name, generation)
+    check = generation_check(kafka, topics, settings.app_id, name, settings.shards)
+    check_local_shards(stage_dir(settings, name), settings.shards, generation)
     sized = topic_size_config(settings.max_record_bytes)
-    specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.inputs]
-    specs += [TopicSpec(name, topic_settings.input_partitions, sized) for name in io.outputs]
-    specs += [
-        TopicSpec(topics.dead_letters, 1, sized),
-        TopicSpec(stage.state_topic, settings.shards, sized, fixed_partitions=True),
-        TopicSpec(changelog, settings.shards, {**COMPACTED, **sized}, fixed_partitions=True),
-    ]
+    internal = [topic for _, topic in topology.internal]
+    specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in topology.input_topics
+             if not topology.keyed_input]
+    specs += [TopicSpec(name, topic_settings.input_partitions, sized) for name in topology.output_topics]
+    specs += [TopicSpec(topology.dead_letters, 1, sized)]
+    specs += [TopicSpec(topic, settings.shards, sized, fixed_partitions=True) for topic in internal]
+    specs += [TopicSpec(topology.changelog, settings.shards, {**COMPACTED, **sized}, fixed_partitions=True)]
     replication = replication_for_stage(
-        kafka, topic_settings, [*stage.route_topics],
-        [stage.state_topic, changelog, topics.generations_topic(settings.app_id, stage.name)],
+        kafka, topic_settings, [*topology.input_topics],
+        [*internal, topology.changelog, topics.generations_topic(settings.app_id, name)],
         [spec.name for spec in specs])
     ensure_topics(kafka, specs, replication)
-    limits = output_limits(kafka, [*io.outputs, topics.dead_letters, stage.state_topic, changelog])
+    limits = output_limits(kafka, [*topology.output_topics, topology.dead_letters, *internal,
+                                   topology.changelog])
     # What a stage stores for a shard record may be as large as the record, and what it stores
     # goes to the changelog: a shard record must fit both.
-    limits[stage.state_topic] = min(limits[stage.state_topic], limits.pop(changelog))
-    group = topics.group(settings.app_id, stage.name)
-    watch = ClusterWatch(kafka, group, reads=[*stage.route_topics, stage.state_topic, changelog],
-                         writes=[*io.outputs, topics.dead_letters, stage.state_topic, changelog])
-    engine = Engine(stage, kafka, settings, group, changelog, topics.dead_letters, output_limits=limits,
-                    drain=drain, assignment_check=check, watch=watch)
+    changelog_limit = limits.pop(topology.changelog)
+    for topic in internal:
+        limits[topic] = min(limits[topic], changelog_limit)
+    used = [*internal, topology.changelog]
+    watch = ClusterWatch(kafka, topology.group, reads=[*topology.input_topics, *used],
+                         writes=[*topology.output_topics, topology.dead_letters, *used])
+    engine = Engine(stage, topology, kafka, settings, output_limits=limits, drain=drain,
+                    assignment_check=check, watch=watch)
     engine.install_signal_handlers()
     try:  # the observer may refuse to start (a metrics port taken): close the engine's clients
-        watching = observer(engine) if observer is not None else None
+        watching = observer(engine) if observer is not None else UNOBSERVED
     except BaseException:
         engine.close()
         raise
     engine.lifecycle.started(start_facts(settings, kafka, generation, drain))
     tune_garbage_collector()
-    if drain and idle_exit_s is None:
-        idle_exit_s = DRAIN_IDLE_EXIT_S
+    if idle_exit_s is None:
+        idle_exit_s = DRAIN_IDLE_EXIT_S if drain else math.inf
     engine.run(idle_exit_s=idle_exit_s, observer=watching)
     return engine
 

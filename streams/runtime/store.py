@@ -3,7 +3,7 @@
 A stage keeps one store per internal shard partition (shard *i* of the re-keyed topic owns store
 *i* and changelog partition *i*). The interface is deliberately tiny so that the runtime's commit
 and recovery steps can be tested against :class:`MemoryStore` and then, unchanged, against
-:class:`RocksStore`; ``tests/test_store.py`` runs one suite over both.
+:class:`RocksStore`; ``tests/runtime/test_store.py`` runs one suite over both.
 
 Layout (the house style, after quix-streams' ``state/rocksdb``): data keys under the prefix
 ``b"d"``, metadata under ``b"m"``. The changelog offset of the last applied record is written in

@@ -12,7 +12,7 @@ the safe profile differs from a browser on purpose: ``docs/canonicalization.md``
 
 Pure and total: any ``str`` gives a canonical URL or :class:`~streams.errors.RecordRejected`.
 Length is checked first, the parser runs in linear time and escapes are decoded once in one pass,
-so hostile inputs cost linear time. Idempotent (tests/test_canonical.py, a Hypothesis property).
+so hostile inputs cost linear time. Idempotent (tests/urls/test_canonical.py, a Hypothesis property).
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def _plain_canonical(url: str, settings: CanonicalSettings) -> str | None:
     escapes of other characters (UTF-8 octets, reserved delimiters), a host the full parse returns
     unchanged and no port, a path with no segment starting with a dot, no empty ``?``, a fragment
     (dropped) of printable ASCII; the aggressive profile's rewrites are ruled out by no query, no
-    ``;`` and no ``www.`` to strip. Anything else takes the full parse (tests/test_canonical.py
+    ``;`` and no ``www.`` to strip. Anything else takes the full parse (tests/urls/test_canonical.py
     checks both agree, on Hypothesis URLs and on the web-platform-tests suite).
     """
     match = _PLAIN_URL.fullmatch(url) if len(url) <= settings.max_url_bytes else None

@@ -1,5 +1,5 @@
 """One spider for each point of Scrapy's scheduler contract the tests compare, each on hosts of its
-own of tests/scrapy_support.py's site (run with ``scrapy runspider``, CONCURRENT_REQUESTS=1):
+own of testing/behaviour_site.py's site (run with ``scrapy runspider``, CONCURRENT_REQUESTS=1):
 
 - start requests: the seed, and one page asked twice with ``dont_filter`` (Scrapy's start_urls do);
 - priority: a gate page (priority 1000, fetched here at once: ``dont_filter``) holds the one

@@ -1,32 +1,38 @@
-"""The gather shard of a page: its head, its replies and notices, and the queue it waits in.
+"""The gather step: a page waits at its gather shard for its replies, notices and horizon.
+
+:class:`Gatherer` is the processor of the :class:`PageWaits`, :class:`Reply`, :class:`Notice`,
+:class:`Progress` and :class:`Drain` records
+(:mod:`streams.stages.content_seen.shard_records`); the functions below are the state they keep.
 
 State keys of a gather shard (besides the block tables, :mod:`streams.stages.content_seen.buckets`):
 
 - ``p`` + order: the waiting page's head (:mod:`streams.stages.content_seen.waiting`);
 - ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
-  replies and notices; ``a`` + order: the same for a page decided on its replies alone (offline,
-  or a page of a topic that is not one of the stage's route topics, which no horizon covers);
+  replies and notices;
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
   shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
 
-Through Kafka a page is decided when the front of the queue reaches it and its horizon is covered
-(:mod:`streams.stages.content_seen.horizon`), by a *decide* record of its own that the gather shard
-sends itself: one page's outputs per shard record, so a page whose output its topic refuses becomes
-a dead letter alone (:mod:`streams.runtime.outputs`). Offline, and for a page of a topic that is not
-one of the stage's route topics (an ``a`` key), a page is decided when its last reply is in.
+A page is decided when the front of the queue reaches it and its horizon is covered
+(:mod:`streams.stages.content_seen.horizon`), by a :class:`Decide` record of its own that the
+gather shard sends itself (:mod:`streams.stages.content_seen.decide`): one page's outputs per shard
+record, so a page whose output its topic refuses becomes a dead letter alone
+(:mod:`streams.runtime.outputs`). The same holds offline, where the one shard's progress follows
+each input line.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from streams.errors import RecordRejected
-from streams.runtime.batch import BatchState
+from streams.runtime.api import BatchState, Emit, InternalStream, Message, On
 from streams.stages.content_seen.buckets import ORDER_BYTES, Match
 from streams.stages.content_seen.horizon import (
     GatherView,
@@ -36,12 +42,14 @@ from streams.stages.content_seen.horizon import (
     decode_horizon,
     encode_horizon,
 )
+from streams.stages.content_seen.shard_records import Decide, Drain, Notice, PageWaits, Progress, Reply
 from streams.stages.content_seen.waiting import (
+    PageCache,
     better,
     decode_head,
-    decode_match,
     decode_progress,
     encode_progress,
+    source_of,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +58,7 @@ GATHER_KEY = b"meta:gather"
 QUEUE_KEY = b"meta:queue"
 _NUMBER = struct.Struct(">Q")
 _OWN, _TAKEN = b"o", b"h"  # a queue entry holds the page's own offset, or its horizon
+DECISIONS_PER_RECORD: Final = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
 
 
 @dataclass(slots=True)
@@ -84,14 +93,11 @@ def queue_key(number: int) -> bytes:
     return b"q" + _NUMBER.pack(number)
 
 
-def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int,
-           place: InputId | None, offset: int) -> None:
-    """A page arrives to wait for its replies: its head as state, and (through Kafka, ``place`` is
-    its input partition) its place at the back of the queue."""
+def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, place: InputId,
+           offset: int) -> None:
+    """A page arrives to wait for its replies: its head as state, and its place at the back of the
+    queue with its own input partition (``place``) and offset."""
     state.set(b"p" + order, stored_head)
-    if place is None:
-        state.set(b"a" + order, encode_progress(0, tables, None))
-        return
     queue = Queue.decode(state.get(QUEUE_KEY))
     number, queue.tail = queue.tail, queue.tail + 1
     state.set(queue_key(number), order + _OWN + encode_horizon({place: offset + 1}))
@@ -99,27 +105,14 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int,
     state.set(QUEUE_KEY, queue.encode())
 
 
-def reply(state: BatchState, order: bytes, body: bytes) -> Ready | bool:
-    """Count a reply. A queued page waits for its horizon: whether all its replies are in now. A page
-    decided on its replies alone (offline, or of a topic no horizon covers): the page when that was
-    its last reply, else False."""
+def reply(state: BatchState, order: bytes, found: Match | None) -> bool:
+    """Count a reply (``found``: the best earlier page it met); whether all the page's are in now."""
     queued = state.get(b"w" + order)
-    if queued is not None:
-        count, tables, best = decode_progress(queued)
-        state.set(b"w" + order, encode_progress(count + 1, tables, better(best, decode_match(body))))
-        return count + 1 == tables
-    progress = state.get(b"a" + order)
-    stored = state.get(b"p" + order) if progress is not None else None
-    if progress is None or stored is None:
+    if queued is None:
         raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-    count, tables, best = decode_progress(progress)
-    count, best = count + 1, better(best, decode_match(body))
-    if count < tables:
-        state.set(b"a" + order, encode_progress(count, tables, best))
-        return False
-    state.delete(b"p" + order)
-    state.delete(b"a" + order)
-    return Ready(decode_head(stored), best)
+    count, tables, best = decode_progress(queued)
+    state.set(b"w" + order, encode_progress(count + 1, tables, better(best, found)))
+    return count + 1 == tables
 
 
 def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
@@ -127,14 +120,13 @@ def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
     return decode_head(state.get(b"p" + order) or b"{}")
 
 
-def notice(state: BatchState, order: bytes, body: bytes) -> bool:
+def notice(state: BatchState, order: bytes, found: Match) -> bool:
     """An earlier page met this queued one in a bucket: kept as its best match if better. False when
     the page was decided already (the notice came after its horizon: it stays as decided)."""
     progress = state.get(b"w" + order)
     if progress is None:
         return False
     count, tables, best = decode_progress(progress)
-    found = decode_match(body)
     if better(best, found) is not best:
         state.set(b"w" + order, encode_progress(count, tables, found))
     return True
@@ -192,3 +184,62 @@ def take(state: BatchState, order: bytes) -> Ready:
     state.delete(b"p" + order)
     state.delete(b"w" + order)
     return Ready(decode_head(stored), best)
+
+
+class Gatherer:
+    """The processor of the records a page's gather shard takes but :class:`Decide` (module docstring)."""
+
+    def __init__(self, shards: InternalStream, pages: PageCache, topic_index: Mapping[str, int],
+                 races: Counter[str]) -> None:
+        """``topic_index``: each input topic's number among the stage's; ``races``: earlier pages met
+        in time, or late (a page decided already), counted."""
+        self._shards = shards
+        self._pages = pages
+        self._topic_index = topic_index
+        self.races = races
+
+    def processors(self) -> list[On[Any]]:
+        return [On(PageWaits, self.page), On(Reply, self.reply), On(Notice, self.notice),
+                On(Progress, self.progress), On(Drain, self.drain)]
+
+    def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
+        """A page waits for its replies (and its horizon): its head as state, the input record sent
+        along kept in memory. Committed before any of its probes was answered, it precedes its replies."""
+        head = record.fields()
+        source = source_of(head)
+        if record.carried:
+            self._pages.put(source, record.carried)
+        topic = self._topic_index.get(source.topic)
+        if topic is None:
+            raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
+        arrive(state, message.key() or b"", record.head, head["tables"], (topic, source.partition),
+               source.offset)
+        return []
+
+    def reply(self, record: Reply, message: Message, state: BatchState) -> list[Emit]:
+        """Count a reply; once all are in, the page waits for its horizon only: its record may leave
+        memory first."""
+        order = message.key() or b""
+        if reply(state, order, record.best):
+            self._pages.park(source_of(waiting_head(state, order)))
+        return []
+
+    def notice(self, record: Notice, message: Message, state: BatchState) -> list[Emit]:
+        self.races["in_time" if notice(state, message.key() or b"", record.match) else "late"] += 1
+        return []
+
+    def progress(self, record: Progress, message: Message, state: BatchState) -> list[Emit]:
+        return self._take(message.partition() or 0, (record.shard, record.view), state)
+
+    def drain(self, record: Drain, message: Message, state: BatchState) -> list[Emit]:
+        return self._take(message.partition() or 0, None, state)
+
+    def _take(self, shard: int, progress: tuple[int, RoutingView] | None, state: BatchState) -> list[Emit]:
+        """Take the front of the queue off as far as its horizons are covered, a decide record for
+        each, and ask for more with a drain record past the limit."""
+        shards = self._shards
+        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress)
+        emits = [shards.send(Decide(), order, shard) for order in found]
+        if more:
+            emits.append(shards.send(Drain(), b"drain", shard))
+        return emits

@@ -34,8 +34,7 @@ from streams.pages.analyze import (
 )
 from streams.pages.decode import Skipped
 from streams.records import RecordKind
-from streams.runtime.parallel import Pending, ProcessMap
-from streams.runtime.stage import Message
+from streams.runtime.api import Message, Pending, ProcessMap
 from streams.stages.content_seen.waiting import PageCache
 
 Place = tuple[int | None, int | None]  # a page's input partition and offset

@@ -22,8 +22,7 @@ from collections.abc import Iterable
 
 from streams.errors import ReshardRefused, StateError
 from streams.pages.blocks import BlockDesign
-from streams.runtime.moves import Placed
-from streams.runtime.partitioner import partition_for
+from streams.runtime.api import Placed, partition_for
 from streams.stages.content_seen.buckets import SLOT_BYTES
 from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
 from streams.stages.content_seen.relay import ROUTING_KEY

@@ -1,5 +1,5 @@
-"""The revisit stage: :mod:`.stage`, the thin stage, around a pure core: fetch history, change
-signals, change-rate estimators, intervals.
+"""The revisit stage: :mod:`.stage`, the thin stage (:mod:`.spec` declares it), around a pure core:
+fetch history, change signals, change-rate estimators, intervals.
 
 Nothing in the core imports Kafka or RocksDB; the
 benchmark (``bench/revisit_sim.py``) drives it through ``python -m streams revisit --offline``.

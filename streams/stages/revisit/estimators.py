@@ -15,8 +15,9 @@ hidden), and sometimes, from Last-Modified, when it last changed. Implemented he
   change, so we add the paper's half-observation correction the same way: half an unchanged
   interval on the right-hand side, of the median length (the mean would let one long interval,
   after which any page has changed, drag the estimate of a fast page down). With equal intervals
-  the equation then reduces exactly to :func:`improved_rate` (``tests/test_revisit_estimators.py``
-  checks it); the correction for irregular intervals is ours, not the paper's.
+  the equation then reduces exactly to :func:`improved_rate`
+  (``tests/stages/revisit/test_revisit_estimators.py`` checks it); the correction for irregular
+  intervals is ours, not the paper's.
 * :func:`last_modified_rate`: when the server's Last-Modified says when the page last changed, the
   time from that change to the fetch is, for a Poisson process, exponentially distributed, so the
   time a page is known to have stayed unchanged (``T``: those ages for fetches that saw a change,

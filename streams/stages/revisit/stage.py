@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,8 +36,7 @@ from streams.pages.changes import CHANGE_FEATURES_VERSION, ChangeFeatures, chang
 from streams.pages.decode import parse_content_type
 from streams.pages.features import Weighting
 from streams.records import RecordKind
-from streams.runtime.batch import BatchState, Emit
-from streams.runtime.stage import Message, Needs, StageContext, StateIdentity
+from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StateIdentity, StoreSpec
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FORMAT_VERSION, READABLE_VERSIONS, decode_history, encode_history
 from streams.stages.revisit.hosts import HostChanges, host_key
@@ -45,7 +44,6 @@ from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, IDENTITY
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.stages.revisit.signals import Fetch
-from streams.topics import Topics
 from streams.urls import canonical
 from streams.urls.canonical import CanonicalSettings
 
@@ -122,31 +120,28 @@ class RevisitSettings:
 class RevisitStage:
     """The stage as the runtime drives it (see :class:`streams.runtime.stage.Stage`)."""
 
-    topics: Topics
-    app_id: str
     settings: RevisitSettings = field(default_factory=RevisitSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
-    name: str = STAGE
     decisions: Counter[str] = field(default_factory=Counter)  # changed / unchanged / first
-    route_topics: Sequence[str] = field(init=False)
-    state_topic: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.route_topics = [self.topics.fetched_pages]
-        self.state_topic = self.topics.shards(self.app_id, self.name)
         self._core = self.settings.core(1)
         self._pages = self.settings.pages()
         self._canonical = CanonicalSettings(profile=self.settings.profile)
+        self._shards_topic = self._updates = ""
 
-    def needs(self) -> Needs:
-        """The state's identity (:data:`STATE_IDENTITY`) and a way to reshard."""
-        return Needs(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state),
-                     state_move=RevisitMove)
+    def store(self) -> StoreSpec:
+        """A RocksDB store with the state's identity (:data:`STATE_IDENTITY`) and a way to reshard."""
+        return StoreSpec(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state),
+                         layout=RevisitMove)
 
-    def bind(self, context: StageContext) -> None:
+    def init(self, context: StageContext) -> Processors:
         """The fetch budget is split across the shards (offline, one store holds it whole)."""
-        self._core = self.settings.core(max(1, context.shards))
+        self._core = self.settings.core(context.shards)
+        self._shards_topic = context.internal("shards").topic
+        self._updates = context.output("revisit-updates")
         self.decisions = context.decisions
+        return Processors(route=self.route, shards={"shards": self.process})
 
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
@@ -156,7 +151,7 @@ class RevisitStage:
         shard_record = {"url": record["url"], "host": canonical.host_of(url),
                         "fetched_at_s": _fetched_at_s(record, message), **_validators(record, body),
                         **page_features(record, body, self._pages)}
-        return [Emit(self.state_topic, orjson.dumps(shard_record), canonical.fingerprint(url))]
+        return [Emit(self._shards_topic, orjson.dumps(shard_record), canonical.fingerprint(url))]
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()
@@ -179,7 +174,7 @@ class RevisitStage:
                 state.set(state_key, after)
         self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
         update = records.encode(RecordKind.REVISIT_UPDATE, revisit_update(shard["url"], outcome))
-        return [Emit(self.topics.revisit_updates, update, shard["host"].encode())]
+        return [Emit(self._updates, update, shard["host"].encode())]
 
 
 def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Final
 import orjson
 
 from streams.errors import StateError
-from streams.runtime.store import Measured, PartitionStore, disk_errors, private_dir
+from streams.runtime.api import Measured, PartitionStore, disk_errors, private_dir
 from streams.stages.url_dedup.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 SNAPSHOT: Final = "bloom.snapshot"

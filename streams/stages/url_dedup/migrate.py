@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.errors import ConfigError, RecordRejected
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.api import KafkaConfig
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.stages.url_dedup.stage import VERSION_KEY, state_version
 from streams.urls import canonical

@@ -24,7 +24,7 @@ a worker whose version differs from its state's refuses to start until the state
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,14 +35,22 @@ import orjson
 from streams import records
 from streams.errors import ConfigError, RecordRejected, StreamsError
 from streams.records import RecordKind
-from streams.runtime.batch import BatchState, Emit, OwnedShards
-from streams.runtime.moves import KeyedMove
-from streams.runtime.partitioner import partition_for
-from streams.runtime.routing import RoutingMemory
-from streams.runtime.stage import Message, Needs, StageContext, StateIdentity
-from streams.runtime.store import PartitionStore
+from streams.runtime.api import (
+    BatchState,
+    Emit,
+    KeyedMove,
+    Message,
+    OwnedShards,
+    PartitionStore,
+    Processors,
+    RocksStore,
+    RoutingMemory,
+    StageContext,
+    StateIdentity,
+    StoreSpec,
+    partition_for,
+)
 from streams.stages.url_dedup.settings import UrlDedupSettings
-from streams.topics import Topics
 from streams.urls import canonical
 from streams.urls.canonical import CANONICALIZATION_VERSION
 
@@ -59,39 +67,37 @@ def state_version(settings: UrlDedupSettings) -> bytes:
 class UrlDedupStage:
     """The stage as the runtime drives it (see :class:`streams.runtime.stage.Stage`)."""
 
-    topics: Topics
-    app_id: str
     settings: UrlDedupSettings = field(default_factory=UrlDedupSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
-    name: str = STAGE
     decisions: Counter[str] = field(default_factory=Counter)  # new / seen, for the metrics
-    route_topics: Sequence[str] = field(init=False)
-    state_topic: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.route_topics = [self.topics.frontier]
-        self.state_topic = self.topics.shards(self.app_id, self.name)
         self._canonical = self.settings.canonical()
         self._decode = records.Decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
         self._owned = OwnedShards({})
-        self._shard_count = 0  # offline: no routing-time answers
+        self._shard_count = 1
+        self._shards_topic = ""
+        self._new_urls = ""
         self._routing = RoutingMemory(1)
 
-    def needs(self) -> Needs:
-        """The canonicalization the state was built with; a memory of routed fingerprints; seen-sets
-        behind Bloom filters; resharded fingerprint by fingerprint (a Bloom-only set too: its
-        changelog keeps every fingerprint it stored, and the new shards' filters are built from them)."""
-        return Needs(identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
-                     routing_memory_keys=max(1, self.settings.route_cache_urls),
-                     open_store=partial(open_seen_set, self.settings), state_move=KeyedMove)
+    def store(self) -> StoreSpec:
+        """Seen-sets behind Bloom filters; the canonicalization the state was built with; resharded
+        fingerprint by fingerprint (a Bloom-only set too: its changelog keeps every fingerprint it
+        stored, and the new shards' filters are built from them)."""
+        return StoreSpec(open=partial(open_seen_set, self.settings),
+                         identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
+                         layout=KeyedMove)
 
-    def bind(self, context: StageContext) -> None:
+    def init(self, context: StageContext) -> Processors:
+        """The shards it owns (a URL of one is decided at routing) and a memory of routed fingerprints."""
         self._owned, self._shard_count = context.owned, context.shards
+        self._shards_topic = context.internal("shards").topic
+        self._new_urls = context.output("new-urls")
         self.decisions = context.decisions
-        if context.routing is not None:
-            self._routing = context.routing
+        self._routing = context.routing_memory(max(1, self.settings.route_cache_urls))
+        return Processors(route=self.route, shards={"shards": self.process})
 
     def route(self, message: Message) -> list[Emit]:
         record = self._decode(message.value())
@@ -99,19 +105,17 @@ class UrlDedupStage:
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         crawl: str = record.get("crawl") or ""
         key = canonical.fingerprint(url, crawl)
-        shard = None
-        if self._shard_count:  # under the runtime: see _decide_at_routing
-            if key in self._routing:
-                self.decisions["seen"] += 1
-                return []
-            shard = partition_for(key, self._shard_count)
-            state = self._owned.state(shard)
-            if state is not None:
-                return self._decide_at_routing(state, key, url, crawl, record)
-            self._routing.note(key)
+        if key in self._routing:  # see _decide_at_routing
+            self.decisions["seen"] += 1
+            return []
+        shard = partition_for(key, self._shard_count)
+        state = self._owned.state(shard)
+        if state is not None:
+            return self._decide_at_routing(state, key, url, crawl, record)
+        self._routing.note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
         value = self._new_url_record(record, url, key, canonical.host_of(url))
-        return [Emit(self.state_topic, value, key, shard)]
+        return [Emit(self._shards_topic, value, key, shard)]
 
     def _decide_at_routing(self, state: BatchState, key: bytes, url: str, crawl: str,
                            record: dict[str, Any]) -> list[Emit]:
@@ -135,7 +139,7 @@ class UrlDedupStage:
         self._record_new(state, key, canonical.scoped(url, crawl))
         self._routing.note(key)
         host = canonical.host_of(url)
-        return [Emit(self.topics.new_urls, self._new_url_record(record, url, key, host), host.encode())]
+        return [Emit(self._new_urls, self._new_url_record(record, url, key, host), host.encode())]
 
     @staticmethod
     def _new_url_record(record: dict[str, Any], url: str, key: bytes, host: str) -> bytes:
@@ -151,7 +155,7 @@ class UrlDedupStage:
         value = message.value() or b"{}"
         record = orjson.loads(value)
         self._record_new(state, key, canonical.scoped(record["canonical"], record.get("crawl") or ""))
-        return [Emit(self.topics.new_urls, value, record["host"].encode())]
+        return [Emit(self._new_urls, value, record["host"].encode())]
 
     def _is_seen(self, state: BatchState, key: bytes) -> bool:
         if state.get(key) is None:
@@ -178,7 +182,6 @@ def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cac
                   memtable_mb: int) -> PartitionStore:
     """Shard ``path``'s seen-set (one of ``shards``) in the configured mode: the exact RocksDB set
     behind a Bloom filter, or a Bloom filter alone, each sized for its share of ``expected_urls``."""
-    from streams.runtime.store import RocksStore
     from streams.stages.url_dedup.bloom_store import BloomFrontStore, BloomOnlyStore
 
     per_shard = max(1, settings.expected_urls // max(1, shards))

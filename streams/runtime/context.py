@@ -1,0 +1,130 @@
+"""What the runtime gives a stage: one context of general services, the same under every driver.
+
+After Kafka Streams' ``ProcessingContext``: a stage's ``init`` receives a :class:`StageContext`,
+asks it for the services it uses and returns its processors; the stage never learns what drives it
+(a Kafka worker, :mod:`streams.runtime.engine`, or ``--offline``, :mod:`streams.runtime.offline`).
+
+- ``shards``, ``owned``: the shard count and the shards this worker owns, each as the open
+  transaction sees it (read it, never keep a shard's state beyond the record at hand);
+- :meth:`~StageContext.output` and :meth:`~StageContext.internal`: the topics of its named outputs
+  and internal topics (the runtime names them);
+- ``input_reader``: an input record read back by position;
+- :meth:`~StageContext.routing_memory`: keys its router routed, kept as long as their transactions
+  commit (:mod:`streams.runtime.routing`);
+- :meth:`~StageContext.each_transaction` and :meth:`~StageContext.every`: callbacks run last in a
+  transaction (:mod:`streams.runtime.schedule`);
+- :meth:`~StageContext.prepare_input`: see each batch's input before routing it, routing as many as
+  it has room for (:mod:`streams.runtime.inflow`);
+- :meth:`~StageContext.on_revoked`: told which shards went elsewhere;
+- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``: its own dead letters and counts.
+
+Every service a stage does not ask for is there anyway, doing nothing (an empty routing memory, no
+callbacks, a flow that routes each batch as it came): the drivers never ask whether a stage uses one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Final
+
+from confluent_kafka import Consumer
+
+from streams import records
+from streams.errors import ConfigError
+from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.counters import Counters
+from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare
+from streams.runtime.message import InputReader
+from streams.runtime.routing import RoutingMemory
+from streams.runtime.schedule import EachTransaction, Punctuators, Timed
+from streams.runtime.topology import InternalStream, Topology
+
+FlowFactory = Callable[[Consumer, frozenset[str], Counters], Flow]
+
+
+def _ready() -> bool:
+    return True
+
+
+@dataclass
+class Services:
+    """What a stage asked for in ``init``; the drivers read it once, after."""
+
+    routing: RoutingMemory = field(default_factory=lambda: RoutingMemory(0))
+    punctuators: Punctuators = field(default_factory=Punctuators)
+    flow: FlowFactory = DirectFlow
+    prepare: Prepare = len  # offline: take every record
+    ready_for_input: Callable[[], bool] = _ready
+    revoked: list[Callable[[Sequence[int]], None]] = field(default_factory=list)
+    _routing_asked: bool = False
+
+
+class StageContext:
+    """The services of one stage in one worker (see the module docstring)."""
+
+    __slots__ = ("_dead_letter_max_value_bytes", "_topology", "decisions", "input_reader", "input_topics",
+                 "owned", "race_matches", "services", "shards")
+
+    def __init__(self, topology: Topology, shards: int, owned: OwnedShards, input_reader: InputReader,
+                 counters: Counters, dead_letter_max_value_bytes: int) -> None:
+        self._topology = topology
+        self.shards: Final = shards
+        self.owned: Final = owned
+        self.input_reader: Final = input_reader
+        self.input_topics: Final = topology.input_topics
+        self.decisions: Final[Counter[str]] = counters.decisions
+        self.race_matches: Final[Counter[str]] = counters.race_matches
+        self._dead_letter_max_value_bytes = dead_letter_max_value_bytes
+        self.services: Final = Services()
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def output(self, name: str) -> str:
+        """The topic of the output the stage declares as ``name``."""
+        return self._topology.output(name)
+
+    def internal(self, name: str) -> InternalStream:
+        """The internal topic the stage declares as ``name``: where to send records to a shard."""
+        declared = self._topology.internal_topic(name)
+        topic = next(topic for each, topic in self._topology.shard_sources() if each is declared)
+        return InternalStream(declared, topic, self.shards)
+
+    # -- services asked for in init --------------------------------------------------------------
+
+    def routing_memory(self, capacity: int) -> RoutingMemory:
+        """A memory of up to ``capacity`` keys the router notes (:meth:`RoutingMemory.note`)."""
+        if self.services._routing_asked:
+            raise ConfigError("a stage has one routing memory")
+        self.services._routing_asked = True
+        self.services.routing = RoutingMemory(capacity)
+        return self.services.routing
+
+    def each_transaction(self, callback: EachTransaction) -> None:
+        self.services.punctuators.each_transaction(callback)
+
+    def every(self, interval_s: float, callback: Timed) -> None:
+        self.services.punctuators.every(interval_s, callback)
+
+    def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready) -> None:
+        """``prepare(records)``: a batch's input records before they are routed; it returns how many,
+        the first ones, to route in the next batch; the others wait until ``ready_for_input()``."""
+        self.services.prepare, self.services.ready_for_input = prepare, ready_for_input
+        self.services.flow = partial(InputFlow, prepare, ready_for_input)
+
+    def on_revoked(self, callback: Callable[[Sequence[int]], None]) -> None:
+        self.services.revoked.append(callback)
+
+    # -- records of the stage's own making -------------------------------------------------------
+
+    def dead_letter(self, *, reason: str, detail: str, topic: str, partition: int, offset: int,
+                    key: bytes | None = None, value: bytes | None = None) -> Emit:
+        """A dead letter the stage writes itself beside a decision that stands (the page stage's
+        ``page_unavailable``); the runtime counts it by its reason once the record's outputs are
+        accepted. A bad record is not one of these: raise RecordRejected."""
+        letter = records.dead_letter(reason=reason, detail=detail, stage=self._topology.stage, topic=topic,
+                                     partition=partition, offset=offset, key=key, value=value,
+                                     max_value_bytes=self._dead_letter_max_value_bytes)
+        return Emit(self._topology.dead_letters, letter, key)

@@ -1,0 +1,100 @@
+"""The shards one worker owns: their stores opened and recovered on assignment, closed on revocation.
+
+A shard is partition *i* of every internal topic of a stage (they are co-partitioned) and store *i*,
+backed by changelog partition *i*. When the group assigns a worker partitions, :meth:`Shards.assigned`
+checks that no shard is split between workers (the range assignor gives one member the same
+partitions of topics with one partition count; another assignor, or internal topics of different
+counts, would have two workers write one changelog partition), opens the new shards' stores (the
+stage's declared store, :mod:`streams.runtime.store_spec`), brings them up to date from their
+changelog partitions (:mod:`streams.runtime.recovery`) and checks what they were built with
+(:mod:`streams.runtime.identity`). Revocation closes them and tells the stage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+
+from streams.config import RuntimeSettings
+from streams.errors import RuntimeFailure
+from streams.runtime.batch import OwnedShards
+from streams.runtime.clients import KafkaClients
+from streams.runtime.counters import Counters
+from streams.runtime.identity import ShardIdentities
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.lifecycle import Lifecycle
+from streams.runtime.recovery import recover
+from streams.runtime.store import PartitionStore, close_all
+from streams.runtime.store_spec import StateIdentity
+
+log = logging.getLogger(__name__)
+
+StoreFactory = Callable[[int], PartitionStore]
+
+
+def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
+    """Where one worker keeps one stage's shard stores."""
+    return Path(settings.state_dir) / settings.app_id / stage_name / settings.worker_id
+
+
+class Shards:
+    """The shard stores of one worker, and what the open transaction sees of them (:attr:`owned`)."""
+
+    def __init__(self, shard_topics: Iterable[str], changelog: str, identity: StateIdentity,
+                 open_store: StoreFactory, kafka: KafkaConfig, clients: KafkaClients,
+                 counters: Counters, lifecycle: Lifecycle) -> None:
+        self.topics = frozenset(shard_topics)
+        self._changelog = changelog
+        self._open = open_store
+        self._kafka = kafka
+        self._clients = clients
+        self._counters = counters
+        self._lifecycle = lifecycle
+        self.stores: dict[int, PartitionStore] = {}
+        self.identities = ShardIdentities(identity)
+        self.owned = OwnedShards(self.stores, self.identities.first_use)
+        self.listeners: list[Callable[[Sequence[int]], None]] = []  # told of shards revoked
+
+    def assigned(self, partitions: Sequence[TopicPartition]) -> None:
+        """Open, recover and check the stores of the shards newly assigned."""
+        shards = sorted(self._of(partitions))
+        opened = {shard: self._open(shard) for shard in shards if shard not in self.stores}
+        result = recover(self._kafka, opened, self._changelog, clients=self._clients,
+                         watcher=self._lifecycle)
+        self._lifecycle.recovered(result.total, result.seconds)
+        self._counters.recovered_records += result.total
+        for partition, store in opened.items():
+            self.identities.opened(partition, store)
+        self.stores.update(opened)
+
+    def _of(self, partitions: Sequence[TopicPartition]) -> set[int]:
+        """The shards of an assignment; every shard topic's partition i must come with the others'."""
+        by_topic: dict[str, set[int]] = {topic: set() for topic in self.topics}
+        for tp in partitions:
+            if tp.topic in self.topics:
+                by_topic[tp.topic].add(tp.partition)
+        shards = set().union(*by_topic.values())
+        if any(found != shards for found in by_topic.values()):
+            raise RuntimeFailure(f"an assignment that splits shards between workers ({by_topic}): "
+                                 "every internal topic needs the same partition count, and the group "
+                                 "the range assignor")
+        return shards
+
+    def revoked(self, partitions: Sequence[TopicPartition]) -> None:
+        """Close the revoked shards' stores; the stage hears which went elsewhere."""
+        shards = sorted({tp.partition for tp in partitions if tp.topic in self.topics})
+        self.identities.revoked(shards)
+        for listener in self.listeners:
+            listener(shards)
+        for shard in shards:
+            store = self.stores.pop(shard, None)
+            if store is not None:
+                store.close()
+
+    def close(self) -> None:
+        stores = list(self.stores.values())
+        self.stores.clear()
+        close_all(stores)

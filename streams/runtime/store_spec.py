@@ -1,0 +1,77 @@
+"""A stage's store as it declares it, and the runtime builds, checks, recovers and moves it.
+
+As Kafka Streams' stores are declared by their processor's supplier and built by the framework, a
+stage declares its shard store once (``Stage.store``): what kind of store (a RocksDB store, or one
+of its own), how it is read (ranges, or point by point), what its state was built with (an
+identity the runtime checks in every shard) and how its keys are laid out (how its entries move to
+another shard count). The runtime opens one per owned shard, recovers it from the changelog,
+checks its identity and, on a reshard, moves it; the stage only reads and writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from streams.errors import ReshardRefused, StreamsError
+from streams.runtime.moves import StateMove
+from streams.runtime.store import PartitionStore, RocksStore
+
+# (path, shard count, block cache MB, memtable MB)
+StoreOpener = Callable[[Path, int, int, int], PartitionStore]
+MoveFactory = Callable[[int, int], StateMove]  # (old shard count, new shard count)
+
+
+@dataclass(frozen=True)
+class StateIdentity:
+    """What a shard's state was built with (versions, settings): ``entries``, state keys and values.
+
+    The runtime writes them into a shard with the first record it decides there (so they are
+    changelogged with it), and compares them whenever the worker opens the shard and before it
+    first uses it: a shard holding other values is refused with ``refusal(partition, found)``, the
+    stage's own explanation of how to upgrade, instead of mixing two kinds of state silently.
+    """
+
+    entries: Mapping[bytes, bytes]
+    refusal: Callable[[int, Mapping[bytes, bytes | None]], StreamsError]
+
+
+def _never_refused(partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
+    raise AssertionError("a state with no identity entries refuses no shard")
+
+
+NO_IDENTITY: Final = StateIdentity({}, _never_refused)  # nothing to write, nothing to compare
+
+
+def rocks_store(point_read_prefix_bytes: int | None) -> StoreOpener:
+    """RocksDB, in PlainTable format for point reads hashed on ``point_read_prefix_bytes`` of each
+    key (:mod:`streams.runtime.rocks_tables` says when that pays), else block-based with a cache."""
+
+    def open_store(path: Path, shards: int, block_cache_mb: int, memtable_mb: int) -> PartitionStore:
+        return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=point_read_prefix_bytes,
+                          memtable_mb=memtable_mb)
+
+    return open_store
+
+
+def _not_movable(old_shards: int, shards: int) -> StateMove:
+    raise ReshardRefused("this stage declares no way to move its state (StoreSpec.layout)")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A stage's shard store (see the module docstring).
+
+    - ``open``: the store of one shard (default: RocksDB, block-based tables with a block cache);
+      :func:`rocks_store` for PlainTable point reads, or the stage's own kind (the URL stage's
+      seen-set behind a Bloom filter).
+    - ``identity``: what the state must have been built with (none by default).
+    - ``layout``: how its entries move from one shard count to another
+      (:mod:`streams.runtime.moves`); a store without one cannot be resharded.
+    """
+
+    open: StoreOpener = field(default_factory=lambda: rocks_store(None))
+    identity: StateIdentity = NO_IDENTITY
+    layout: MoveFactory = _not_movable

@@ -1,0 +1,219 @@
+"""A stage's topics as the runtime wires them, and the processors it runs on each.
+
+A stage declares its topics by name (:class:`streams.spec.StageSpec`); the runtime names, creates,
+changelogs and reshards them, as Kafka Streams names a topology's repartition and changelog
+topics. :class:`Topology` is that declaration resolved for one application: the input topics,
+the named outputs, the internal topics, the changelog, the dead-letter topic and the group.
+
+Internal topics carry a stage's records between its processors (after the Kafka Streams
+repartition idea): each is keyed by a state key and has one partition per state shard, and they
+are co-partitioned, so one worker owns partition *i* of every one of them and shard *i*'s store.
+An :class:`InternalTopic` carries raw values (the bytes a stage produced: one kind of record), or
+typed records (:class:`ShardRecord`): the runtime frames each with its type's place among the
+topic's declared records and hands it, decoded, to the processor registered for its type
+(:class:`On`), so no stage tells record kinds apart itself.
+
+A stage's processors (:class:`Processors`, returned by ``Stage.init``) are its ``route`` step
+(records of its input topics: decode, validate, send on keyed by state key) and one handler per
+internal topic (raw) or record type (typed), each deciding records of one shard against that
+shard's :class:`~streams.runtime.batch.BatchState`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Protocol, Self, TypeVar
+
+from streams.errors import ConfigError, RecordRejected
+from streams.runtime.batch import BatchState, Emit
+from streams.runtime.message import Message
+from streams.runtime.partitioner import partition_for
+from streams.topics import Topics
+
+R = TypeVar("R", bound="ShardRecord")
+
+ShardHandler = Callable[[Message, BatchState], list[Emit]]  # a record of an internal topic, at its shard
+Route = Callable[[Message], list[Emit]]  # a record of an input topic
+
+
+class ShardRecord(Protocol):
+    """A typed record of an internal topic: its own bytes, and back."""
+
+    def encode(self) -> bytes: ...
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self: ...
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """An internal topic a stage declares: its name (``shards``, ``probes``...) and what it carries:
+    raw values when ``records`` is empty, else these typed records (at most 255 kinds), or the
+    ``"module:NAME"`` of a tuple of them (imported when the stage runs, not when it is declared)."""
+
+    name: str
+    records: tuple[type[ShardRecord], ...] | str = ()
+
+    def types(self) -> tuple[type[ShardRecord], ...]:
+        if isinstance(self.records, str):
+            module, _, name = self.records.partition(":")
+            found: tuple[type[ShardRecord], ...] = getattr(importlib.import_module(module), name)
+            return found
+        return self.records
+
+
+@dataclass(frozen=True)
+class On(Generic[R]):
+    """The processor of one record type of a typed internal topic: ``handle(record, message, state)``."""
+
+    record: type[R]
+    handle: Callable[[R, Message, BatchState], list[Emit]]
+
+
+def _no_route(message: Message) -> list[Emit]:
+    raise RecordRejected("unexpected_input", f"this stage routes no records of {message.topic()}")
+
+
+@dataclass(frozen=True)
+class Processors:
+    """What a stage does with each record it reads (``Stage.init`` returns them).
+
+    ``route``: a record of an input topic. ``shards``: by internal topic name (or, for a stage whose
+    input is keyed already, by input name), a :data:`ShardHandler` for a raw topic, or an :class:`On`
+    for each record type of a typed one.
+    """
+
+    route: Route = _no_route
+    shards: Mapping[str, ShardHandler | Sequence[On[Any]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One stage's topics in one application (see the module docstring)."""
+
+    stage: str
+    inputs: tuple[tuple[str, str], ...]  # (declared name, topic)
+    outputs: tuple[tuple[str, str], ...]  # (declared name, topic); the first is what --offline writes
+    internal: tuple[tuple[InternalTopic, str], ...]  # (declaration, topic)
+    changelog: str
+    dead_letters: str
+    group: str
+    keyed_input: bool = False  # the inputs are keyed by state key already: they are the shard topics
+
+    @classmethod
+    def of(cls, stage: str, topics: Topics, app_id: str, inputs: Sequence[str], outputs: Sequence[str],
+           internal: Sequence[InternalTopic] = (InternalTopic("shards"),),
+           keyed_input: bool = False) -> Topology:
+        """The topology of ``stage`` under ``topics`` (its generation's internal topics)."""
+        return cls(stage, tuple((name, topics.named(name)) for name in inputs),
+                   tuple((name, topics.named(name)) for name in outputs),
+                   tuple((each, topics.internal(app_id, stage, each.name)) for each in internal),
+                   topics.changelog(app_id, stage), topics.dead_letters, topics.group(app_id, stage),
+                   keyed_input)
+
+    @property
+    def input_topics(self) -> list[str]:
+        return [topic for _, topic in self.inputs]
+
+    @property
+    def output_topics(self) -> list[str]:
+        return [topic for _, topic in self.outputs]
+
+    def output(self, name: str) -> str:
+        """The topic of the output declared as ``name``."""
+        for each, topic in self.outputs:
+            if each == name:
+                return topic
+        raise ConfigError(f"stage {self.stage} declares no output {name!r}")
+
+    def shard_sources(self) -> list[tuple[InternalTopic, str]]:
+        """The topics whose partition *i* belongs to shard *i*: the internal topics, or the keyed inputs."""
+        if self.keyed_input:
+            return [(InternalTopic(name), topic) for name, topic in self.inputs]
+        return list(self.internal)
+
+    @property
+    def shard_topics(self) -> list[str]:
+        return [topic for _, topic in self.shard_sources()]
+
+    def internal_topic(self, name: str) -> InternalTopic:
+        for each, _ in self.shard_sources():
+            if each.name == name:
+                return each
+        raise ConfigError(f"stage {self.stage} declares no internal topic {name!r}")
+
+
+class InternalStream:
+    """What a stage sends to one of its internal topics (``context.internal(name)``).
+
+    ``topic`` and ``shards`` for a raw topic (the stage makes its own :class:`Emit`, keyed by state
+    key); :meth:`send` (or :meth:`frame`) for a typed one, which frames the record for the
+    processor of its type.
+    """
+
+    __slots__ = ("_tags", "shards", "topic")
+
+    def __init__(self, declared: InternalTopic, topic: str, shards: int) -> None:
+        self.topic: Final = topic
+        self.shards: Final = shards
+        self._tags: Final = {kind: bytes([tag]) for tag, kind in enumerate(declared.types())}
+
+    def send(self, record: ShardRecord, key: bytes, partition: int | None = None) -> Emit:
+        """``record`` to the shard of ``key`` (or to ``partition``)."""
+        return Emit(self.topic, self._tags[type(record)] + record.encode(), key, partition)
+
+    def frame(self, record: ShardRecord) -> bytes:
+        """``record`` as its value on this topic, for one record sent to several shards."""
+        return self._tags[type(record)] + record.encode()
+
+    def shard_of(self, key: bytes) -> int:
+        """The shard a record keyed ``key`` goes to (Kafka's default partitioner)."""
+        return partition_for(key, self.shards)
+
+
+class TypedHandler:
+    """The processors of a typed internal topic: each record decoded and given to its type's."""
+
+    __slots__ = ("_table", "_topic")
+
+    def __init__(self, declared: InternalTopic, handlers: Sequence[On[Any]]) -> None:
+        kinds = declared.types()
+        by_type = {each.record: each.handle for each in handlers}
+        missing = [kind.__name__ for kind in kinds if kind not in by_type]
+        extra = [kind.__name__ for kind in by_type if kind not in kinds]
+        if missing or extra or len(by_type) != len(handlers):
+            raise ConfigError(f"internal topic {declared.name}: records without a processor {missing}, "
+                              f"processors of undeclared records {extra}, or one record processed twice")
+        self._topic = declared.name
+        self._table = [(kind, by_type[kind]) for kind in kinds]
+
+    def __call__(self, message: Message, state: BatchState) -> list[Emit]:
+        value = message.value() or b""
+        if not value or value[0] >= len(self._table):
+            raise RecordRejected("invalid_shard_record", f"a record of {self._topic} of no declared type")
+        kind, handle = self._table[value[0]]
+        return handle(kind.decode(value[1:]), message, state)
+
+
+def shard_handlers(topology: Topology, processors: Processors) -> dict[str, ShardHandler]:
+    """Each shard topic's handler, by topic; refuses processors that do not match the declaration."""
+    found: dict[str, ShardHandler] = {}
+    sources = topology.shard_sources()
+    unknown = sorted(set(processors.shards) - {declared.name for declared, _ in sources})
+    if unknown:
+        raise ConfigError(f"stage {topology.stage} has processors of undeclared topics {unknown}")
+    for declared, topic in sources:
+        given = processors.shards.get(declared.name)
+        if given is None:
+            raise ConfigError(f"stage {topology.stage} has no processor of its topic {declared.name}")
+        if declared.records:
+            if callable(given):
+                raise ConfigError(f"{declared.name} carries typed records: give one On(...) per type")
+            found[topic] = TypedHandler(declared, given)
+        elif callable(given):
+            found[topic] = given
+        else:
+            raise ConfigError(f"{declared.name} carries raw values: give one handler, not On(...)")
+    return found

@@ -1,0 +1,77 @@
+"""The decide step: a page off its gather shard's queue gets its verdict, and, when nothing earlier
+matched, its input record goes on to ``unique-pages``.
+
+The record is taken from the worker's memory (:class:`~streams.stages.content_seen.waiting.PageCache`)
+or read back from the input topic by its position (:mod:`streams.stages.content_seen.waiting` says
+why the page itself is never state). A unique page whose input record is gone (retention) keeps its
+verdict, and a ``page_unavailable`` dead letter says which page ``unique-pages`` lacks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from streams import records
+from streams.records import RecordKind
+from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
+from streams.stages.content_seen import gather
+from streams.stages.content_seen.buckets import Match
+from streams.stages.content_seen.shard_records import Decide
+from streams.stages.content_seen.waiting import PageCache, Source, source_of
+
+
+def verdict(topic: str, url: str, verdict: str, **fields: Any) -> Emit:
+    """A ``page_verdict`` record, keyed by the page's URL."""
+    value = records.encode(RecordKind.PAGE_VERDICT, {
+        "url": url, "verdict": verdict, "kind": None, "duplicate_of": None, "distance": None,
+        "simhash": None, "digest": None, "reason": None, **fields})
+    return Emit(topic, value, url.encode("utf-8", "surrogatepass"))
+
+
+class Decider:
+    """The processor of :class:`Decide` records (a gather shard's to itself)."""
+
+    def __init__(self, context: StageContext, pages: PageCache, max_record_bytes: int) -> None:
+        self._context = context
+        self._reader: InputReader = context.input_reader
+        self._pages = pages
+        self._max_record_bytes = max_record_bytes
+        self._verdicts = context.output("page-verdicts")
+        self._unique = context.output("unique-pages")
+        self.decisions: Counter[str] = context.decisions
+
+    def decide(self, record: Decide, message: Message, state: BatchState) -> list[Emit]:
+        page = gather.take(state, message.key() or b"")
+        return self.verdict(page.head, page.best)
+
+    def verdict(self, head: dict[str, Any], best: Match | None) -> list[Emit]:
+        """The verdict of the page of ``head``, whose best earlier match is ``best``."""
+        url, simhash, digest = head["url"], head["simhash"], head["digest"]
+        source = source_of(head)
+        self.decisions["unique" if best is None else "exact" if best.exact else "near"] += 1
+        if best is not None:
+            self._pages.pop(source)
+            return [verdict(self._verdicts, url, "duplicate", kind="exact" if best.exact else "near",
+                            duplicate_of=best.url, distance=best.distance, simhash=simhash, digest=digest)]
+        said = verdict(self._verdicts, url, "unique", simhash=simhash, digest=digest)
+        found = self._input_record(source)
+        if found is None:
+            return [said, self._body_unavailable(source)]
+        unique = records.encode(RecordKind.UNIQUE_PAGE, {**found, "simhash": simhash, "digest": digest})
+        return [Emit(self._unique, unique, url.encode("utf-8", "surrogatepass")), said]
+
+    def _input_record(self, source: Source) -> dict[str, Any] | None:
+        """A waiting page's input record, decoded as ``route`` decoded it: from memory, or read back
+        from the input topic (None when it is gone from there)."""
+        value = self._pages.pop(source)
+        if value is None:
+            value = self._reader.read(*source)
+            if value is None:
+                return None
+        return records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self._max_record_bytes)
+
+    def _body_unavailable(self, source: Source) -> Emit:
+        return self._context.dead_letter(
+            reason="page_unavailable", detail="the input record was deleted before the page's verdict",
+            topic=source.topic, partition=source.partition, offset=source.offset)

@@ -1,0 +1,94 @@
+"""The route step: a fetched page analysed, then sent to its gather shard and to one shard per table.
+
+Records of the fetched-pages topic (any partition): validate, decode, extract the main text, digest
+and SimHash it (:mod:`streams.pages.analyze`; prepared a batch ahead, in child processes when there
+are any, :mod:`streams.stages.content_seen.intake`). A page with no text to compare gets its
+``skipped`` verdict here. Otherwise: one :class:`PageWaits` to the page's gather shard (keyed by its
+order key: the page's head and where its input record is, plus that record itself when another
+worker owns the gather shard) and one :class:`Probe` per block table to the shard owning that table
+key.
+
+A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
+is stored in its SimHash's record in every shard holding one of its table keys (among up to
+``max_bucket_entries`` pages) and written in verdicts, keys and replies, so its length bounds the
+state and records of other pages too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from streams import records
+from streams.errors import RecordRejected
+from streams.pages.blocks import BlockDesign
+from streams.pages.decode import Skipped
+from streams.pages.sketch import empty_sketch
+from streams.records import RecordKind
+from streams.runtime.api import Emit, Message, OwnedShards, StageContext
+from streams.stages.content_seen import buckets
+from streams.stages.content_seen.buckets import Page
+from streams.stages.content_seen.decide import verdict
+from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.shard_records import PageWaits, Probe
+from streams.stages.content_seen.waiting import PageCache, Source, encode_head
+from streams.urls.canonical import CanonicalSettings
+
+MAX_URL_BYTES: Final = CanonicalSettings().max_url_bytes  # the URL and revisit stages' bound (4,096)
+EMPTY_SKETCH: Final = empty_sketch().encode()
+
+
+def page_order(record: dict[str, Any], message: Message) -> bytes:
+    """A page's place in the global "earlier" order: ``fetched_at``, else the record's timestamp."""
+    fetched_at = record.get("fetched_at")
+    if isinstance(fetched_at, str):
+        millis = int(records.parse_rfc3339(fetched_at).timestamp() * 1000)
+    else:
+        millis = message.timestamp()[1]
+    return buckets.order_key(millis, message.partition() or 0, message.offset() or 0)
+
+
+class Router:
+    """The stage's ``route`` step (see the module docstring)."""
+
+    def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
+                 max_record_bytes: int) -> None:
+        self._design = design
+        self._intake = intake
+        self._pages = pages
+        self._max_record_bytes = max_record_bytes
+        self._owned: OwnedShards = context.owned
+        self._shards = context.internal("shards")
+        self._verdicts = context.output("page-verdicts")
+        self._decisions = context.decisions
+
+    def route(self, message: Message) -> list[Emit]:
+        value = message.value() or b""
+        record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self._max_record_bytes)
+        _check_url_length(record["url"])
+        analysis = self._intake.analyse(message, record)
+        if isinstance(analysis, Skipped):
+            self._decisions["skipped"] += 1
+            return [verdict(self._verdicts, record["url"], "skipped", reason=analysis.reason)]
+        order = page_order(record, message)
+        sketch = analysis.sketch.encode() if analysis.sketch is not None else EMPTY_SKETCH
+        page = Page(order, analysis.simhash, analysis.text_digest, record["url"], sketch)
+        table_keys = self._design.keys(analysis.simhash)
+        source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
+        head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
+        shards = self._shards
+        gather = shards.shard_of(order)
+        if gather in self._owned:
+            self._pages.put(source, value)  # decided by this worker: the record waits in its memory
+            waits = PageWaits(head)
+        else:
+            waits = PageWaits(head, value)  # decided by the worker owning the gather shard: it goes along
+        emits = [shards.send(waits, order, gather)]
+        probe = shards.frame(Probe(page))
+        topic = shards.topic
+        emits.extend(Emit(topic, probe, table_key) for table_key in table_keys)
+        return emits
+
+
+def _check_url_length(url: str) -> None:
+    if len(url) > MAX_URL_BYTES or len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        raise RecordRejected("url_too_long", f"URL exceeds {MAX_URL_BYTES} bytes")

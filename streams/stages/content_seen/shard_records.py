@@ -1,0 +1,167 @@
+"""The records the page stage's processors send each other, on its internal topic ``shards``.
+
+To the shard of a block-table key (the scatter: partition *i* holds the buckets of shard *i*):
+
+- :class:`Probe`: a page to look up in one block table, and to insert there (the probe step);
+- :class:`Mark`: how far a worker has routed its input (:mod:`streams.stages.content_seen.relay`).
+
+To the gather shard of a page, by its order key (where the page waits):
+
+- :class:`PageWaits`: a page arrives to wait for its replies (its input record along when the worker
+  that routed it does not own the gather shard);
+- :class:`Reply`: the best earlier page one table's probe met (or none);
+- :class:`Notice`: an earlier page, probed later, met this one;
+- :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`);
+- :class:`Drain`: "go on": the front of the queue was taken off up to the limit;
+- :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
+  step).
+
+The protocol rests on their order within a partition: a page's record precedes its replies, a
+progress record follows the replies and notices of the probes it vouches for, a mark follows the
+probes of the transaction it reports (the horizon argument). One topic keeps all of them in one
+order per shard, as the argument was written for; the runtime could carry the scatter and the
+gather on two topics, and a stage of two (``tests/kafka/test_scatter_gather_kafka.py``) runs so, but for
+this stage that was measured to cost time: a page's records then reach a worker in two fetches, and
+a batch more often finds one half of them not yet fetched and waits for the rest (the figures are
+in docs/decisions/0007-one-shape-for-every-stage.md). The runtime frames each record with its type
+(:class:`streams.runtime.api.InternalTopic`) and hands it, decoded, to its processor.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Self
+
+from streams.pages.sketch import SKETCH_BYTES
+from streams.stages.content_seen.buckets import Match, Page
+from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.waiting import decode_head, decode_match, encode_match
+
+_PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
+_SHARD = struct.Struct(">H")
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A page looked up in one table (the record's key is the table key)."""
+
+    page: Page
+
+    def encode(self) -> bytes:
+        page = self.page
+        head = _PROBE_HEAD.pack(page.order, page.simhash, page.text_digest, page.sketch)
+        return head + page.url.encode("utf-8", "surrogatepass")
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        order, simhash, digest, sketch = _PROBE_HEAD.unpack_from(raw)
+        url = raw[_PROBE_HEAD.size:].decode("utf-8", "surrogatepass")
+        return cls(Page(order, simhash, digest, url, sketch))
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A worker's input positions, by input topic index (sent to every shard)."""
+
+    view: RoutingView
+
+    def encode(self) -> bytes:
+        return self.view.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls(RoutingView.decode(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class PageWaits:
+    """A page's head (JSON, :func:`streams.stages.content_seen.waiting.encode_head`), stored as it
+    comes, and its input record's value when it travels along (else empty)."""
+
+    head: bytes
+    carried: bytes = b""
+
+    def encode(self) -> bytes:
+        return self.head + b"\n" + self.carried if self.carried else self.head
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        head, _, carried = raw.partition(b"\n")
+        return cls(head, carried)
+
+    def fields(self) -> dict[str, Any]:
+        return decode_head(self.head)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One table's answer to a page's probe: the best earlier page it met, if any."""
+
+    best: Match | None
+
+    def encode(self) -> bytes:
+        return encode_match(self.best)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls(decode_match(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An earlier page met this one in a bucket, probed after it."""
+
+    match: Match
+
+    def encode(self) -> bytes:
+        return encode_match(self.match)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        found = decode_match(raw)
+        if found is None:
+            raise ValueError("a notice names the earlier page it is about")
+        return cls(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Shard ``shard`` has probed through what its marks told it (sent to every gather shard)."""
+
+    shard: int
+    view: RoutingView
+
+    def encode(self) -> bytes:
+        return _SHARD.pack(self.shard) + self.view.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls(_SHARD.unpack_from(raw)[0], RoutingView.decode(raw[_SHARD.size:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Go on taking pages off the front of the queue."""
+
+    def encode(self) -> bytes:
+        return b""
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    """Decide the page of this record's key, taken off the queue."""
+
+    def encode(self) -> bytes:
+        return b""
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls()
+
+
+RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide)

@@ -1,0 +1,29 @@
+"""The page stage's declaration: its topics, internal topic and settings (:mod:`streams.spec`).
+
+One internal topic, ``shards``, carrying the typed records of its scatter and gather
+(:mod:`streams.stages.content_seen.shard_records` says why one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams.config import RuntimeSettings
+from streams.runtime.api import InternalTopic, Stage
+from streams.spec import StageSpec
+
+RECORDS = "streams.stages.content_seen.shard_records"
+
+
+def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
+    from streams.stages.content_seen.stage import ContentSeenStage
+
+    return ContentSeenStage(settings, runtime.max_record_bytes)
+
+
+SPEC = StageSpec(
+    "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
+    outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
+    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
+    decisions=("unique", "exact", "near", "skipped"), race_events=("in_time", "late"),
+    settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")

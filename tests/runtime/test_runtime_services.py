@@ -1,0 +1,216 @@
+"""The runtime's general services on an in-memory Kafka: typed records on named internal topics,
+scheduled callbacks, revocation, co-partitioned shards, a stage whose input is keyed already."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+import pytest
+
+from streams.errors import ConfigError, RecordRejected, RuntimeFailure
+from streams.runtime.api import (
+    BatchState,
+    Emit,
+    InternalTopic,
+    Message,
+    On,
+    Processors,
+    StageContext,
+    StoreSpec,
+)
+from streams.runtime.batch import OwnedShards
+from streams.runtime.offline import LineMessage, OfflineDriver
+from streams.runtime.schedule import Punctuators
+from streams.runtime.store import MemoryStore
+from streams.runtime.topology import InternalStream, TypedHandler, shard_handlers
+from testing.memory_kafka import abortable
+from testing.stages import bind, plain_topology, running
+
+
+@dataclass(frozen=True)
+class Ping:
+    text: bytes
+
+    def encode(self) -> bytes:
+        return self.text
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls(raw)
+
+
+@dataclass(frozen=True)
+class Pong:
+    def encode(self) -> bytes:
+        return b""
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        return cls()
+
+
+GATHER = InternalTopic("gather", (Ping, Pong))
+
+
+def test_a_typed_record_is_framed_by_its_type_and_handed_to_its_processor() -> None:
+    got: list[object] = []
+    stream = InternalStream(GATHER, "t.gather", 4)
+    handler = TypedHandler(GATHER, [On(Ping, lambda r, m, s: got.append(r) or []),
+                                    On(Pong, lambda r, m, s: got.append(r) or [])])
+    for record in (Ping(b"hello"), Pong()):
+        emit = stream.send(record, b"k")
+        handler(LineMessage(emit.topic, 0, emit.value or b"", emit.key), BatchState(MemoryStore()))
+    assert got == [Ping(b"hello"), Pong()]
+    assert stream.frame(Pong()) == b"\x01" and stream.shard_of(b"k") in range(4)
+
+
+@pytest.mark.parametrize("value", [b"", b"\x02", b"\xff..."])
+def test_a_record_of_no_declared_type_is_refused(value: bytes) -> None:
+    handler = TypedHandler(GATHER, [On(Ping, lambda r, m, s: []), On(Pong, lambda r, m, s: [])])
+    with pytest.raises(RecordRejected, match="no declared type"):
+        handler(LineMessage("t.gather", 0, value), BatchState(MemoryStore()))
+
+
+@pytest.mark.parametrize("handlers", [
+    {"gather": [On(Ping, lambda r, m, s: [])]},  # Pong has none
+    {"gather": lambda m, s: []},  # a raw handler for a typed topic
+    {"gather": [On(Ping, lambda r, m, s: []), On(Pong, lambda r, m, s: [])], "elsewhere": lambda m, s: []},
+    {},  # the topic has no processor
+], ids=["a-type-unprocessed", "raw-for-typed", "undeclared-topic", "no-processor"])
+def test_processors_that_do_not_match_the_declaration_are_refused(handlers: dict[str, object]) -> None:
+    topology = plain_topology(internal=(GATHER,))
+    with pytest.raises(ConfigError):
+        shard_handlers(topology, Processors(shards=handlers))  # type: ignore[arg-type]
+
+
+class Ticking:
+    """Counts nothing; a timed callback says how often it ran; told of revoked shards."""
+
+    def __init__(self, interval_s: float = 3600.0) -> None:
+        self.interval_s = interval_s
+        self.revoked: list[list[int]] = []
+        self.ticks = 0
+
+    def store(self) -> StoreSpec:
+        return StoreSpec()
+
+    def init(self, context: StageContext) -> Processors:
+        context.every(self.interval_s, self.tick)
+        context.on_revoked(lambda shards: self.revoked.append(list(shards)))
+        return Processors(route=lambda message: [], shards={"shards": lambda message, state: []})
+
+    def tick(self) -> list[Emit]:
+        self.ticks += 1
+        return [Emit("out", b"tick %d" % self.ticks, b"t")]
+
+
+def test_timers_run_when_due_and_again_after_an_abort() -> None:
+    clock = [0.0]
+    timers, ran = Punctuators(clock=lambda: clock[0]), []
+    timers.every(10.0, lambda: ran.append(clock[0]) or [Emit("out", b"tick")])
+    assert not timers.due() and timers.run(None) == []
+    clock[0] = 10.0
+    assert timers.due() and len(timers.run(None)) == 1
+    assert not timers.due() and timers.run(None) == []  # once per transaction
+    timers.aborted()
+    assert timers.due() and len(timers.run(None)) == 1  # its emits were aborted: again
+    timers.committed()
+    clock[0] = 19.0
+    assert not timers.due()
+    clock[0] = 20.0
+    assert timers.due() and len(timers.run(None)) == 1
+    assert ran == [10.0, 10.0, 20.0]
+
+
+def test_a_timed_callback_runs_in_a_transaction_of_its_own_when_no_input_comes() -> None:
+    stage = Ticking(interval_s=1e-6)  # due at every step
+    with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
+        assert engine.step() == "report"
+        broker.fail_at("commit", 1, abortable)
+        assert engine.step() == "idle"  # aborted
+        assert engine.step() == "report"
+    assert [m.value() for m in broker.committed_records("out")] == [b"tick 1", b"tick 3"]
+
+
+def test_timed_callbacks_need_an_interval() -> None:
+    with pytest.raises(ValueError, match="positive interval"):
+        Punctuators().every(0, lambda: [])
+
+
+def test_a_stage_is_told_which_shards_went_elsewhere() -> None:
+    stage = Ticking()
+    with running(stage, shards=2, input_partitions=1) as (engine, broker, _):
+        engine.step()
+        broker.rebalance()
+        engine.step()
+    assert stage.revoked[:1] == [[0, 1]]
+
+
+class TwoTopics:
+    def store(self) -> StoreSpec:
+        return StoreSpec()
+
+    def init(self, context: StageContext) -> Processors:
+        return Processors(shards={"scatter": lambda m, s: [], "gather": lambda m, s: []})
+
+
+def test_an_assignment_that_splits_a_shard_between_workers_is_refused() -> None:
+    """Partition i of every internal topic belongs to shard i: one worker must own all of them."""
+    topology = plain_topology(internal=(InternalTopic("scatter"), InternalTopic("gather")))
+    with pytest.raises(RuntimeFailure, match="splits shards"), \
+            running(TwoTopics(), topology, shards=2) as (engine, broker, _):
+        broker.fixed_shares["w"] = [("scatter", 0), ("gather", 1)]
+        broker.rebalance()
+        engine.step()
+
+
+class Keyed:
+    """A stage whose input is keyed by state key already (the runtime's first-seen): no routing."""
+
+    def store(self) -> StoreSpec:
+        return StoreSpec()
+
+    def init(self, context: StageContext) -> Processors:
+        self.output = context.output("out")
+        return Processors(shards={"in": self.process})
+
+    def process(self, message: Message, state: BatchState) -> list[Emit]:
+        key = message.key() or b""
+        if state.get(key) is not None:
+            return []
+        state.set(key, b"1")
+        return [Emit(self.output, message.value(), key)]
+
+
+def test_a_keyed_input_is_its_own_shard_topic() -> None:
+    topology = plain_topology(internal=(), keyed_input=True)
+    with running(Keyed(), topology, shards=2) as (engine, broker, stores):
+        for key in (b"a", b"a", b"b"):
+            broker.append("in", 0 if key == b"a" else 1, key, key.upper())
+        engine.step()
+        assert sorted(m.value() for m in broker.committed_records("out")) == [b"A", b"B"]
+        assert broker.groups["g"] == {("in", 0): 2, ("in", 1): 1} and set(stores) == {0, 1}
+
+
+def test_offline_the_same_services_run_one_line_at_a_time() -> None:
+    """A scheduled callback offline sees each line's position, once, and what it sends is processed."""
+    seen: list[object] = []
+
+    class Reporting(Keyed):
+        def init(self, context: StageContext) -> Processors:
+            context.each_transaction(lambda positions: seen.append(positions) or [])
+            return Processors(route=lambda message: [Emit("shards", b"v", message.value())],
+                              shards={"shards": lambda m, s: [Emit("out", m.key(), m.key())]})
+
+    driver = OfflineDriver(plain_topology(), Reporting(), MemoryStore())
+    assert [emit.value for emit in driver.decide(driver.message(7, b"x"))] == [b"x"]
+    [positions] = seen
+    assert positions.routed == {("in", 0): 8} and positions.partitions == {"in": 1}  # type: ignore[attr-defined]
+
+
+def test_a_stage_that_asks_for_nothing_gets_services_that_do_nothing() -> None:
+    context, _ = bind(Keyed(), plain_topology(internal=(), keyed_input=True), 1, OwnedShards({}))
+    services = context.services
+    assert services.prepare([]) == 0 and services.ready_for_input() and services.revoked == []
+    assert b"k" not in services.routing and services.punctuators.run(None) == []

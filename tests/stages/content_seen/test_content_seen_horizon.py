@@ -1,0 +1,145 @@
+"""Horizons (streams/stages/content_seen/horizon.py) and the gather shard's queue
+(streams/stages/content_seen/gather.py): progress only grows, a page is decided once its horizon is
+covered, the queue is decided from its front."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.errors import RecordRejected
+from streams.runtime.batch import BatchState
+from streams.runtime.store import MemoryStore
+from streams.stages.content_seen import gather
+from streams.stages.content_seen.buckets import Match, order_key
+from streams.stages.content_seen.horizon import (
+    GatherView,
+    RoutingView,
+    covered,
+    decode_horizon,
+    encode_horizon,
+)
+
+places = st.tuples(st.integers(0, 3), st.integers(0, 40))
+offset_maps = st.dictionaries(places, st.integers(0, 2**40), max_size=8)
+views = st.builds(RoutingView, st.dictionaries(st.integers(0, 3), st.integers(1, 41), max_size=3),
+                  offset_maps, offset_maps)
+
+
+@given(views)
+def test_views_round_trip(view: RoutingView) -> None:
+    assert RoutingView.decode(view.encode()) == view
+    assert decode_horizon(encode_horizon(view.routed)) == view.routed
+
+
+@given(views, views)
+def test_merging_only_raises_offsets_and_is_idempotent(first: RoutingView, second: RoutingView) -> None:
+    merged = RoutingView.decode(first.encode())
+    merged.merge(second)
+    for place, offset in {**first.routed, **second.routed}.items():
+        highest = max(first.routed.get(place, -1), second.routed.get(place, -1))
+        assert merged.routed[place] == highest >= offset
+    assert merged.merge(second) is False  # nothing new the second time
+    assert merged.merge(first) is False
+
+
+def _view(routed: dict[tuple[int, int], int], ends: dict[tuple[int, int], int] | None = None) -> RoutingView:
+    return RoutingView({0: 2}, routed, ends or routed)
+
+
+def test_coverage_waits_for_every_shard_and_every_partition() -> None:
+    view = GatherView()
+    assert view.coverage(2) is None
+    view.merge(0, _view({(0, 0): 5, (0, 1): 9}))
+    assert view.coverage(2) is None  # shard 1 has not reported
+    view.merge(1, _view({(0, 0): 7}))
+    assert view.coverage(2) is None  # shard 1 knows nothing of partition 1
+    view.merge(1, _view({(0, 1): 3}))
+    assert view.coverage(2) == {(0, 0): 5, (0, 1): 3}  # the least of the shards'
+
+
+def test_a_horizon_is_the_log_ends_known_and_at_least_the_page_itself() -> None:
+    view = GatherView()
+    view.merge(0, _view({(0, 0): 5, (0, 1): 9}, {(0, 0): 50, (0, 1): 9}))
+    assert view.horizon({(0, 1): 12}) == {(0, 0): 50, (0, 1): 12}
+    assert covered({(0, 0): 50}, {(0, 0): 50, (0, 1): 0})
+    assert not covered({(0, 0): 50, (0, 2): 1}, {(0, 0): 60})
+
+
+# -- the queue ----------------------------------------------------------------------------------------
+
+PLACE = (0, 0)
+
+
+def _arrive(store: MemoryStore, when: int, offset: int, tables: int = 2) -> bytes:
+    order = order_key(when, 0, offset)
+    state = BatchState(store)
+    gather.arrive(state, order, b'{"url": "https://a.example/%d"}' % offset, tables, PLACE, offset)
+    store.apply(state.writes, None)
+    return order
+
+
+def _progress(store: MemoryStore, shard: int, routed: int, ends: int, limit: int = 10,
+              ) -> tuple[list[gather.Ready], bool]:
+    """The pages a shard's progress makes ready, each then taken as its decide record takes it."""
+    state = BatchState(store)
+    found, drain = gather.ready(state, 1, limit, (shard, RoutingView({0: 1}, {PLACE: routed}, {PLACE: ends})))
+    ready = [gather.take(state, order) for order in found]
+    store.apply(state.writes, None)
+    return ready, drain
+
+
+def _reply(store: MemoryStore, order: bytes, match: Match | None = None) -> bool:
+    state = BatchState(store)
+    replied = gather.reply(state, order, match)
+    store.apply(state.writes, None)
+    return replied
+
+
+def test_a_queued_page_is_decided_once_its_horizon_is_covered_with_its_best_match() -> None:
+    store = MemoryStore()
+    page = _arrive(store, 10, offset=0)
+    assert _reply(store, page) is False
+    earlier = Match(order_key(1, 0, 5), "https://earlier.example/", 2, False, 200)
+    assert _reply(store, page, earlier) is True  # all replies in: it now waits for its horizon only
+    assert _progress(store, 0, routed=1, ends=6) == ([], False)  # own offset covered: horizon 6 taken
+    state = BatchState(store)
+    first = Match(order_key(0, 0, 4), "https://first.example/", 2, False, 200)
+    assert gather.notice(state, page, first)
+    store.apply(state.writes, None)
+    found, drain = _progress(store, 0, routed=6, ends=6)
+    assert [ready.best.url for ready in found if ready.best] == ["https://first.example/"] and not drain
+    state = BatchState(store)
+    assert not gather.notice(state, page, earlier)  # too late: decided
+    assert store.get(b"p" + page) is None and store.get(b"w" + page) is None
+
+
+def test_the_queue_is_decided_from_its_front_and_drains_past_its_limit() -> None:
+    store = MemoryStore()
+    pages = [_arrive(store, 10 + n, offset=n, tables=1) for n in range(5)]
+    for page in pages:
+        _reply(store, page)
+    found, drain = _progress(store, 0, routed=5, ends=5, limit=2)
+    assert [ready.head["url"] for ready in found] == ["https://a.example/0", "https://a.example/1"]
+    assert drain  # a drain record is to go on
+    found, drain = _progress(store, 0, routed=5, ends=5, limit=2)
+    assert len(found) == 2 and not drain  # a drain record is on its way already
+    state = BatchState(store)
+    found, drain = gather.ready(state, 1, 2, None)  # the drain record
+    assert [gather.take(state, order).head["url"] for order in found] == ["https://a.example/4"]
+    assert not drain
+
+
+def test_a_reply_for_a_page_that_is_not_waiting_is_refused() -> None:
+    state = BatchState(MemoryStore())
+    with pytest.raises(RecordRejected, match="no waiting page"):
+        gather.reply(state, order_key(1, 0, 0), None)
+
+
+def test_a_notice_for_a_page_that_is_not_queued_changes_nothing() -> None:
+    store = MemoryStore()
+    state = BatchState(store)
+    match = Match(order_key(0, 0, 0), "https://a.example/", 1, False, 256)
+    assert not gather.notice(state, order_key(1, 0, 0), match)
+    assert state.writes == {}

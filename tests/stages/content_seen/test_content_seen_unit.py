@@ -1,0 +1,130 @@
+"""content_seen without a broker: the stage's steps on a memory store, settings refusal, the analysis pool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.dev import simweb
+from streams.errors import ConfigError, RecordRejected, StateError
+from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
+from streams.runtime.store import MemoryStore
+from streams.stages.content_seen import buckets
+from streams.stages.content_seen.spec import SPEC
+from streams.stages.content_seen.stage import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
+from streams.topics import Topics
+from testing.stages import bind
+
+TOPICS = Topics("unit.")
+TOPOLOGY = SPEC.topology(TOPICS, "a")
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.lines.extend(line for line in data.split(b"\n") if line)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _verdicts(stage: ContentSeenStage, store: MemoryStore,
+              pages: list[simweb.PlantedPage]) -> list[dict[str, Any]]:
+    sink = _Sink()
+    run_offline(TOPOLOGY, stage, store, [orjson.dumps(page.record) for page in pages],
+                out=sink)  # type: ignore[arg-type]
+    return [orjson.loads(line) for line in sink.lines]
+
+
+def test_a_shard_built_with_other_settings_is_refused() -> None:
+    store = MemoryStore()
+    pages = simweb.crawl(seed=1, articles=2)
+    assert len(_verdicts(ContentSeenStage(), store, pages)) == len(pages)
+    other = ContentSeenStage(ContentSeenSettings(hamming_threshold=4))
+    with pytest.raises(ConfigError, match="built otherwise.*hamming_threshold 3 -> 4"):
+        OfflineDriver(TOPOLOGY, other, store)
+
+
+def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
+    store = MemoryStore()
+    _verdicts(ContentSeenStage(), store, simweb.crawl(seed=4, articles=6))
+    kinds = {key[:1] for key, _ in store.items()}
+    assert kinds <= {b"t", b"s", b"m"}, kinds  # buckets, records, metadata; no page or progress left
+
+
+@pytest.mark.parametrize(("recorded", "named"), [
+    (None, "layout 1"),  # recorded the design but no layout: its buckets would be misread as slots
+    (b"2", "layout 2"),  # records without sketches: misread as records with them
+])
+def test_a_shard_in_an_old_layout_is_refused(recorded: bytes | None, named: str) -> None:
+    store = MemoryStore()
+    pages = simweb.crawl(seed=2, articles=2)
+    _verdicts(ContentSeenStage(), store, pages)
+    assert store.get(LAYOUT_KEY) == buckets.LAYOUT
+    store.apply({LAYOUT_KEY: recorded}, None)
+    with pytest.raises(StateError, match=named):
+        OfflineDriver(TOPOLOGY, ContentSeenStage(), store)
+
+
+def test_tables_hold_simhashes_and_records_hold_each_page_once() -> None:
+    store = MemoryStore()
+    pages = simweb.crawl(seed=3, articles=5)
+    verdicts = _verdicts(ContentSeenStage(), store, pages)
+    data = dict(store.items())
+    slots = [simhash for key, value in data.items() if key[:1] == b"t"
+             for simhash in buckets.decode_bucket(value)]
+    records = {int.from_bytes(key[1:], "big"): buckets.decode_record(value, int.from_bytes(key[1:], "big"))
+               for key, value in data.items() if key[:1] == b"s"}
+    assert set(slots) == set(records)  # every slot has its record, every record a slot
+    stored_urls = [page.url for record in records.values() for page in record]
+    assert len(stored_urls) == len({(page.order, page.url) for r in records.values() for page in r})
+    exact = sum(1 for verdict in verdicts if verdict.get("kind") == "exact")
+    compared = sum(1 for verdict in verdicts if verdict["verdict"] != "skipped")
+    assert len(stored_urls) == compared - exact  # exact copies are not stored again
+
+
+def test_analysis_processes_give_the_same_routes() -> None:
+    pages = simweb.crawl(seed=6, articles=4)
+    messages = [LineMessage(TOPICS.fetched_pages, number, orjson.dumps(page.record))
+                for number, page in enumerate(pages)]
+    messages.append(LineMessage(TOPICS.fetched_pages, len(pages), b'{"url": "https://x.example/"}'))
+    _, inline = bind(ContentSeenStage(), TOPOLOGY, 1)
+    pooled, pooled_routes = bind(ContentSeenStage(ContentSeenSettings(analysis_processes=2)), TOPOLOGY, 1)
+    text_page = dict(pages[0].record)
+    text_page.pop("body_base64", None)
+    text_page["body"] = "<html><body><p>A page sent as text, not base64, to the stage.</p></body></html>"
+    messages.append(LineMessage(TOPICS.fetched_pages, len(pages) + 1, orjson.dumps(text_page)))
+    pooled.services.prepare(messages)
+    assert [pooled_routes.route(m) for m in messages] == [inline.route(m) for m in messages]
+
+
+def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
+    message = LineMessage(TOPICS.fetched_pages, 0, b'{"url": "https://x.example/", "body_base64": "@@@"}')
+    pooled, pooled_routes = bind(ContentSeenStage(ContentSeenSettings(analysis_processes=1)), TOPOLOGY, 1)
+    pooled.services.prepare([message])
+    reasons = []
+    for processors in (pooled_routes, bind(ContentSeenStage(), TOPOLOGY, 1)[1]):
+        with pytest.raises(RecordRejected) as rejected:
+            processors.route(message)
+        reasons.append(rejected.value.reason)
+    assert reasons == ["schema", "schema"]
+
+
+def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
+    """The block tables are read bucket by bucket: the runtime opens the page stage's shards in
+    PlainTable format (streams.runtime.rocks_tables), other stages' in block-based tables."""
+    from streams.runtime.store import RocksStore
+    from streams.stages.revisit.stage import RevisitStage
+
+    pages = ContentSeenStage().store().open(tmp_path / "pages", 8, 64, 64)
+    fetches = RevisitStage().store().open(tmp_path / "fetches", 8, 64, 64)
+    assert isinstance(pages, RocksStore) and isinstance(fetches, RocksStore)
+    assert (pages.table_format, fetches.table_format) == ("plain", "block")
+    pages.close()
+    fetches.close()

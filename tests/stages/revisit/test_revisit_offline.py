@@ -1,0 +1,178 @@
+"""The revisit stage offline: one update per fetched page, in order, through route and process."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams import config, records
+from streams.errors import StateError
+from streams.records import RecordKind
+from streams.runtime.batch import BatchState
+from streams.runtime.offline import LineMessage, run_offline
+from streams.runtime.store import MemoryStore
+from streams.stages.revisit.history import decode_history, encode_history
+from streams.stages.revisit.move import IDENTITY_KEY
+from streams.stages.revisit.spec import SPEC
+from streams.stages.revisit.stage import STATE_IDENTITY, RevisitSettings, RevisitStage
+from streams.topics import Topics
+from testing.stages import bind
+
+TOPICS = Topics("test.")
+TOPOLOGY = SPEC.topology(TOPICS, "test")
+PARAGRAPH = ("The river council met on Tuesday to discuss the budget for the new bridge, the harbour "
+             "railway and the museum garden, and the minister said the plan would be signed in winter. ")
+
+
+def page(day: int, text: str = PARAGRAPH * 4, views: int = 1, **fields: Any) -> dict[str, Any]:
+    body = (f"<html><body><nav><a href='/'>Home</a></nav><article><h1>Report</h1><p>{text}</p></article>"
+            f"<footer>Views: {views}</footer></body></html>")
+    record = {"url": "http://Example.com:80/a", "status": 200, "content_type": "text/html; charset=utf-8",
+              "body": body, "fetched_at": f"2024-05-{day:02d}T12:00:00Z"}
+    record.update(fields)
+    return record
+
+
+def run(lines: list[dict[str, Any] | bytes], settings: RevisitSettings | None = None,
+        store: MemoryStore | None = None) -> list[dict[str, Any]]:
+    stage = RevisitStage(settings or RevisitSettings())
+    out = io.BytesIO()
+    encoded = [line if isinstance(line, bytes) else orjson.dumps(line) for line in lines]
+    run_offline(TOPOLOGY, stage, store or MemoryStore(), encoded, out=out)
+    updates = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    for update in updates:
+        records.decode(RecordKind.REVISIT_UPDATE, orjson.dumps(update))
+    return updates
+
+
+def test_one_update_per_page_in_order() -> None:
+    lines = [
+        page(1, headers={"ETag": '"v1"', "Last-Modified": "Wed, 01 May 2024 00:00:00 GMT"}),
+        page(2, views=2),                                                     # footer counter only
+        {"url": "http://example.com/a", "status": 304, "fetched_at": "2024-05-03T12:00:00Z"},
+        page(4, text=PARAGRAPH * 4 + "A new section on the railway station opened today. " * 6),
+        {"url": "http://example.com/a", "method": "HEAD", "status": 200, "fetched_at": "2024-05-05T12:00:00Z",
+         "headers": {"Content-Length": "12"}},
+        {"url": "http://example.com/a", "status": 503, "fetched_at": "2024-05-06T12:00:00Z"},
+        page(1, url="http://other.example/b"),
+    ]
+    updates = run(lines)
+    assert [u["signal"] for u in updates] == ["first_fetch", "text_digest", "not_modified", "wording",
+                                             "head_changed", "fetch_error", "first_fetch"]
+    assert [u.get("change_distance") for u in updates][:2] == [None, 0] and updates[3]["change_distance"] > 0
+    assert [u["changed"] for u in updates] == [None, False, False, True, None, None, None]
+    assert updates[0]["conditional_headers"] == {"If-None-Match": '"v1"',
+                                                 "If-Modified-Since": "Wed, 01 May 2024 00:00:00 GMT"}
+    assert updates[0]["next_fetch_at"] == "2024-05-02T12:00:00.000Z" and updates[0]["interval_s"] == 86400
+    assert updates[2]["change_rate_estimate"] > 0
+    assert (updates[4]["fetch_needed"], updates[4]["fetch_needed_reason"]) == (True, "content_length_changed")
+    assert updates[4]["next_fetch_at"] == "2024-05-05T12:00:00.000Z"
+    assert updates[6]["url"] == "http://other.example/b"
+
+
+def test_numbers_in_the_text_are_not_a_change_and_one_word_is() -> None:
+    before = PARAGRAPH * 6 + "Read 1041 times, last on 2024-05-01 at 12:03."
+    counted = PARAGRAPH * 6 + "Read 1,042 times, last on 2024-05-02 at 12:04."
+    edited = PARAGRAPH.replace("Tuesday", "Wednesday") + counted.removeprefix(PARAGRAPH)
+    updates = run([page(1, text=before), page(2, text=counted), page(3, text=edited)])
+    assert [(u["changed"], u["signal"]) for u in updates[1:]] == [(False, "numbers"), (True, "wording")]
+    assert updates[2]["change_distance"] <= 6   # a small edit, graded small, still a change
+
+
+def test_a_threshold_set_by_the_operator_ignores_small_edits() -> None:
+    edited = PARAGRAPH.replace("Tuesday", "Wednesday") + PARAGRAPH * 5
+    updates = run([page(1, text=PARAGRAPH * 6), page(2, text=edited)], RevisitSettings(simhash_threshold=10))
+    assert (updates[1]["changed"], updates[1]["signal"]) == (False, "simhash_trivial")
+
+
+def test_histories_of_format_1_are_read_and_compared_once_without_wording() -> None:
+    """A store written before wording digests (history format 1, no state identity) is adopted: its
+    histories are read, the first fetch whose text differs is undecided, the next ones decided (a
+    full response, changed or not, stores the wording digest)."""
+    store = MemoryStore()
+    run([page(1)], store=store)
+    key = next(k for k, _ in store.items() if k.startswith(b"h"))
+    history = decode_history(store.get(key) or b"")
+    legacy = dataclasses.replace(history, wording_digest=None)
+    store.apply({key: bytes([1]) + encode_history(legacy)[1:-1],
+                 IDENTITY_KEY: None}, None)  # format 1: the same bytes without the wording digest
+    assert decode_history(store.get(key) or b"").wording_digest is None
+    edited = PARAGRAPH * 3 + "A new section on the railway station opened today. " * 6
+    updates = run([page(2, text=edited), page(3), page(4)], store=store)
+    assert [(u["changed"], u["signal"]) for u in updates] == [(None, "features_upgraded"), (True, "wording"),
+                                                              (False, "digest")]
+    assert store.get(IDENTITY_KEY) == STATE_IDENTITY
+
+
+def test_a_shard_of_another_build_is_refused() -> None:
+    store = MemoryStore()
+    store.apply({IDENTITY_KEY: b"histories 9"}, None)
+    with pytest.raises(StateError, match="another build"):
+        run([page(1)], store=store)
+
+
+def test_binary_bodies_are_compared_by_digest() -> None:
+    def pdf(day: int, data: bytes) -> dict[str, Any]:
+        return {"url": "http://example.com/doc.pdf", "status": 200, "content_type": "application/pdf",
+                "body_base64": base64.b64encode(data).decode(), "fetched_at": f"2024-05-{day:02d}T00:00:00Z"}
+
+    updates = run([pdf(1, b"%PDF-1.7 one"), pdf(2, b"%PDF-1.7 one"), pdf(3, b"%PDF-1.7 two")])
+    assert [(u["changed"], u["signal"]) for u in updates] == [(None, "first_fetch"), (False, "digest"),
+                                                              (True, "digest")]
+
+
+def test_bad_lines_get_no_update_and_do_not_stop_the_run(capsys: pytest.CaptureFixture[str]) -> None:
+    updates = run([page(1), b"{not json", orjson.dumps({"status": 200}), page(2)])
+    assert len(updates) == 2
+    assert "invalid_json" in capsys.readouterr().err
+
+
+def test_updates_are_keyed_by_host_and_state_by_canonical_url() -> None:
+    _, processors = bind(RevisitStage(), TOPOLOGY, 1)
+    shards = TOPICS.shards("test", "revisit")
+    store = MemoryStore()
+    keys = []
+    for spelling in ("HTTP://EXAMPLE.com:80/a", "http://example.com/a#top"):
+        routed = processors.route(LineMessage(TOPICS.fetched_pages, 1, orjson.dumps(page(1, url=spelling))))
+        assert len(routed) == 1 and routed[0].topic == shards and routed[0].key is not None
+        state = BatchState(store)
+        shard_message = LineMessage(shards, 1, routed[0].value or b"", routed[0].key)
+        emitted = processors.shards["shards"](shard_message, state)  # type: ignore[operator]
+        store.apply(state.writes, None)
+        keys.append(routed[0].key)
+        assert [(e.topic, e.key) for e in emitted] == [(TOPICS.revisit_updates, b"example.com")]
+    assert keys[0] == keys[1]
+    assert orjson.loads(emitted[0].value or b"")["signal"] == "digest"
+
+
+def test_settings_from_the_environment_reach_the_stage() -> None:
+    environ = {"STREAMS_REVISIT_POLICY": "fixed", "STREAMS_REVISIT_FIXED_INTERVAL_S": "7200",
+               "STREAMS_REVISIT_HOST_INTERVAL_BOUNDS": "slow.example=86400:864000, example.org=60:600"}
+    settings = config.load(RevisitSettings, "revisit", environ=environ)
+    assert settings.host_interval_bounds == ("slow.example=86400:864000", "example.org=60:600")
+    updates = run([page(1), page(2), page(1, url="http://slow.example/")], settings)
+    assert [u["interval_s"] for u in updates] == [7200, 7200, 86400]
+
+
+def test_offline_command_answers_each_line_before_the_next(tmp_path: Path) -> None:
+    """The simulator's contract: write a line, read its update, then write the next (flushed per line)."""
+    command = [sys.executable, "-m", "streams", "revisit", "--offline", "--state-dir", str(tmp_path)]
+    signals = []
+    for _ in range(2):   # the second process finds the first one's state in --state-dir
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as process:
+            assert process.stdin is not None and process.stdout is not None
+            for day in (1, 2):
+                process.stdin.write(orjson.dumps(page(day + 2 * len(signals))) + b"\n")
+                process.stdin.flush()
+                signals.append(orjson.loads(process.stdout.readline())["signal"])
+            process.stdin.close()
+            assert process.wait(timeout=30) == 0
+    assert signals == ["first_fetch", "digest", "digest", "digest"]

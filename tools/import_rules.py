@@ -1,0 +1,69 @@
+"""``make lint``: who may import what, beyond "no circles" (tools/import_cycles.py).
+
+1. Stages and integrations use the runtime through its public surface only:
+   ``streams/runtime/api.py`` is what they may import of ``streams/runtime/``; the rest is the
+   runtime's own, free to change shape (Kafka Streams keeps 14 public files in ``processor/api/``
+   against 139 in ``processor/internals/`` for the same reason).
+2. Development code stays development code: nothing in the package imports ``streams.dev`` (the
+   demo and its simulated web) but the command line, for its ``demo`` command.
+
+Every import counts, at module level or inside a function, found as tools/import_cycles.py finds
+them.
+
+    python tools/import_rules.py streams
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+PUBLIC = "streams.runtime.api"
+CLIENTS = ("streams.stages", "streams.integrations")  # who must keep to it
+DEV = "streams.dev"
+DEV_USERS = ("streams.dev", "streams.cli")
+
+
+def _cycles_tool() -> ModuleType:
+    path = Path(__file__).with_name("import_cycles.py")
+    spec = importlib.util.spec_from_file_location("import_cycles", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _imports(package: Path) -> list[tuple[str, str]]:
+    """(module, module it imports) for every import between modules of ``package``."""
+    tool = _cycles_tool()
+    known = tool.modules(package)
+    return [(name, target) for name, path in known.items()
+            for target in sorted(tool.imported(name, path, known))]
+
+
+def reaching_in(package: Path) -> list[tuple[str, str]]:
+    """(module, runtime module) for every import of the runtime's insides by a stage or integration."""
+    return [(name, target) for name, target in _imports(package)
+            if name.startswith(CLIENTS) and target.startswith("streams.runtime.") and target != PUBLIC]
+
+
+def dev_users(package: Path) -> list[tuple[str, str]]:
+    """(module, dev module) for every import of development code by the rest of the package."""
+    return [(name, target) for name, target in _imports(package)
+            if (target == DEV or target.startswith(DEV + ".")) and not name.startswith(DEV_USERS)]
+
+
+def main(argv: list[str]) -> int:
+    package = Path(argv[1] if len(argv) > 1 else "streams")
+    found = [f"{name} imports {target}: import it from {PUBLIC}" for name, target in reaching_in(package)]
+    found += [f"{name} imports {target}: development code, for the demo and the tests only"
+              for name, target in dev_users(package)]
+    for line in found:
+        print(line)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
