@@ -244,8 +244,8 @@ def _bmp_tables() -> tuple[U64Array, npt.NDArray[np.uint8]]:
 @functools.cache
 def _bmp_categories() -> npt.NDArray[np.uint8]:
     """The first letter of the general category of every Basic Multilingual Plane code point."""
-    return np.frombuffer("".join(unicodedata.category(chr(code))[0] for code in range(_BMP)).encode("ascii"),
-                        dtype=np.uint8)
+    initials = "".join(unicodedata.category(chr(code))[0] for code in range(_BMP))
+    return np.frombuffer(initials.encode("ascii"), dtype=np.uint8)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -256,7 +256,8 @@ def _astral(code: int) -> tuple[int, int]:
 @functools.cache
 def _bmp_numbers() -> BoolArray:
     """Whether each Basic Multilingual Plane code point is a number (category N), built once."""
-    return _bmp_categories() == ord("N")
+    numbers: BoolArray = _bmp_categories() == ord("N")
+    return numbers
 
 
 def _number_chars(codes: U64Array) -> BoolArray:
@@ -329,7 +330,8 @@ def _span_hashes(codes: U64Array, starts: IntArray, ends: IntArray) -> U64Array:
     powers, inverses = _power_tables(codes.size)
     prefix = np.zeros(codes.size + 1, dtype=np.uint64)
     np.cumsum(codes * powers[:codes.size], out=prefix[1:])
-    hashes = fmix64((prefix[ends] - prefix[starts]) * inverses[starts] + lengths.astype(np.uint64) * _LENGTH_MIX)
+    sums = (prefix[ends] - prefix[starts]) * inverses[starts]
+    hashes = fmix64(sums + lengths.astype(np.uint64) * _LENGTH_MIX)
     if lengths.size and int(lengths.max()) > _MAX_POWER + 1:
         long = lengths > _MAX_POWER + 1
         hashes[long] = _segment_hashes(codes, starts[long], ends[long])
