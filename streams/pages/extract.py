@@ -95,9 +95,9 @@ def extract_text(page: DecodedPage, *, min_main_chars: int = 200, full_text: boo
     if page.media != "html":
         text = normalise_text(page.text)
         return ExtractedText(text, text, "")
-    html = valid_unicode(page.text)
+    html = page.text
     try:
-        tree = HTMLTree.parse(html)
+        tree, html = _parse(html)
         too_deep = tree.document is not None and tree.document.query_selector(_TOO_DEEP) is not None
         main = "" if too_deep else normalise_text(str(extract_plain_text(tree, **MAIN_OPTIONS)))
         full = None
@@ -105,7 +105,7 @@ def extract_text(page: DecodedPage, *, min_main_chars: int = 200, full_text: boo
             full = normalise_text(str(extract_plain_text(tree, **FULL_OPTIONS)))
         title = normalise_text(str(tree.title or ""))
     except HTMLParserException:
-        stripped = normalise_text(_TAG.sub(" ", html))
+        stripped = normalise_text(_TAG.sub(" ", valid_unicode(html)))
         return ExtractedText(stripped, stripped, "")
     return ExtractedText(full if full is not None and len(main) < min_main_chars else main, full, title)
 
@@ -146,9 +146,9 @@ def change_text(page: DecodedPage, *, min_main_chars: int = 200) -> str:
     """
     if page.media != "html":
         return normalise_text(page.text)
-    html = valid_unicode(page.text)
+    html = page.text
     try:
-        tree = HTMLTree.parse(html)
+        tree, html = _parse(html)
         if tree.document is not None and tree.document.query_selector(_TOO_DEEP) is not None:
             return normalise_text(str(extract_plain_text(tree, **FULL_OPTIONS)))
         text = normalise_text(str(extract_plain_text(tree, **MAIN_OPTIONS)))
@@ -161,7 +161,22 @@ def change_text(page: DecodedPage, *, min_main_chars: int = 200) -> str:
         declared = _declared_main(tree)   # changes the tree: last
         return declared if declared and len(declared) >= shortest else text
     except HTMLParserException:
-        return normalise_text(_TAG.sub(" ", html))
+        return normalise_text(_TAG.sub(" ", valid_unicode(html)))
+
+
+def _parse(html: str) -> tuple[HTMLTree, str]:
+    """The parsed tree of ``html`` and the text it was parsed from: ``html`` itself, or with its lone
+    surrogates repaired (:func:`streams.pages.decode.valid_unicode`) when the parser refuses them.
+
+    Why not repair first: the parser encodes the text to UTF-8 anyway and raises
+    ``UnicodeEncodeError`` on a surrogate, so trying it first saves a second encoding of the whole
+    page (a few percent of a page's analysis); it fails only on a page that holds a lone surrogate,
+    which a fetcher's JSON can carry and a decoded body cannot."""
+    try:
+        return HTMLTree.parse(html), html
+    except UnicodeEncodeError:
+        html = valid_unicode(html)
+        return HTMLTree.parse(html), html
 
 
 def _declared_main(tree: HTMLTree) -> str:
@@ -189,5 +204,30 @@ def normalise_text(text: str) -> str:
     the other Unicode spaces, decomposed accents (Vietnamese in windows-1258). Case is kept; the
     features may fold it. Removal comes first, so that NFKC sees the final neighbours, which makes
     the function idempotent (tested)."""
-    text = unicodedata.normalize("NFKC", _REMOVED.sub("", valid_unicode(text)))
-    return " ".join(text.split())  # str.split(): runs of Unicode White_Space, ends dropped
+    text = _REMOVED.sub("", valid_unicode(text))
+    if not text.isascii():  # ASCII is its own NFKC
+        for char, folded in _COMMON_COMPAT:
+            text = text.replace(char, folded)
+        text = unicodedata.normalize("NFKC", text)
+    if "  " in text or any(space in text for space in _OTHER_SPACES):
+        return " ".join(text.split())  # str.split(): runs of Unicode White_Space, ends dropped
+    return text.strip(" ")  # the common case, without a list of every word
+
+
+# Why the fast paths of normalise_text give the same text as NFKC then split and join:
+# * NFKC (UAX #15) is the canonical composition of the compatibility decomposition, and a character
+#   has the same compatibility decomposition as its own NFKC form, so replacing characters by their
+#   NFKC forms leaves the NFKC of the whole text unchanged. ``unicodedata.normalize`` returns at once
+#   when its quick check passes, and fails it on the whole text for one NBSP; these characters are
+#   the compatibility forms common on real pages (the shared corpus's main texts), replaced by
+#   ``str.replace``, which does not look at a text without them. Derived here, never written out.
+# * ``" ".join(text.split())`` differs from ``text.strip(" ")`` only when the text holds two spaces in
+#   a row or a whitespace character other than the space (``str.isspace``, what ``str.split``
+#   splits on).
+_COMMON_COMPAT: Final = tuple((char, unicodedata.normalize("NFKC", char)) for char in
+                              "\u00a0\u3000\u2026\u2002\u2003\u2009\u200a\u202f")
+_OTHER_SPACES: Final = ("\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0",
+                        "\u1680", *map(chr, range(0x2000, 0x200B)), "\u2028", "\u2029", "\u202f", "\u205f",
+                        "\u3000")
+"""Every character but the space for which ``str.isspace()`` is true, in Python 3.11 to 3.13
+(a test holds it to the running Python's)."""

@@ -87,6 +87,7 @@ _POWERS = np.array([pow(int(_CHAR_MULTIPLIER), i, 1 << 64) for i in range(_MAX_P
 _EMPTY_U64: U64Array = np.zeros(0, dtype=np.uint64)
 _EMPTY_BOOL: BoolArray = np.zeros(0, dtype=np.bool_)
 PIECE_CHARS = 1 << 20  # token_hashes works on about this many characters at a time
+_CACHED_POWERS = 1 << 17  # characters of a piece whose power tables are kept (2 MB)
 
 
 def feature_hashes(text: str, *, shingle_words: int = DEFAULT_SHINGLE_WORDS,
@@ -157,13 +158,10 @@ def _next_separator(text: str, position: int) -> int:
 
 
 def _piece_hashes(text: str, cjk_ngram_chars: int) -> tuple[U64Array, BoolArray]:
-    starts, ends, codes, kinds = _spans(text, cjk_ngram_chars)
+    starts, ends, codes, _ = _spans(text, cjk_ngram_chars)
     if starts.size == 0:
         return _EMPTY_U64, _EMPTY_BOOL
-    full_grams = (kinds[starts] == GRAM) & (ends - starts == cjk_ngram_chars)
-    hashes = np.empty(starts.size, dtype=np.uint64)
-    hashes[~full_grams] = _segment_hashes(codes, starts[~full_grams], ends[~full_grams])
-    hashes[full_grams] = _gram_hashes(codes, starts[full_grams], cjk_ngram_chars)
+    hashes = _span_hashes(codes, starts, ends)
     numbers = np.concatenate((np.zeros(1, dtype=np.intp), np.cumsum(_number_chars(codes), dtype=np.intp)))
     return hashes, numbers[ends] - numbers[starts] == ends - starts  # every character a number
 
@@ -213,14 +211,41 @@ def fold_and_kind(char: str) -> tuple[int, int]:
 
 
 @functools.cache
-def _bmp_tables() -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint8]]:
-    """Folded code point and kind of every Basic Multilingual Plane code point (built once per process:
-    a loop over all 65,536 of them)."""
-    folded = np.empty(_BMP, dtype=np.uint32)
-    kinds = np.empty(_BMP, dtype=np.uint8)
-    for code in range(_BMP):
-        folded[code], kinds[code] = fold_and_kind(chr(code))
-    return folded, kinds
+def _bmp_tables() -> tuple[U64Array, npt.NDArray[np.uint8]]:
+    """Folded code point and kind of every Basic Multilingual Plane code point, as
+    :func:`fold_and_kind` gives them (built once per process; a test holds every entry to it).
+
+    Why not call :func:`fold_and_kind` 65,536 times: that took a tenth of a second, paid by every
+    process that analyses pages, about what it takes to analyse 40 of them. NFKC and case folding
+    run once over all the code points joined by NUL, which splits them back apart: NUL is a starter
+    that composes with nothing and that no other character's NFKC or case folding contains, so no
+    normalisation crosses it (UAX #15), and case folding maps each character on its own. Only the
+    characters whose folding is not one code point take the slow path."""
+    chars = list(map(chr, range(1, _BMP)))
+    folded_texts = unicodedata.normalize("NFKC", "\x00".join(chars)).casefold().split("\x00")
+    codes = [0, *(ord(folded) if len(folded) == 1 else fold_and_kind(char)[0]
+                  for char, folded in zip(chars, folded_texts, strict=True))]
+    folded_codes = np.array(codes, dtype=np.uint64)
+    categories = _bmp_categories()
+    kinds = np.full(_BMP, SEPARATOR, dtype=np.uint8)
+    for code in np.flatnonzero(folded_codes >= _BMP).tolist():  # none in Unicode 15; kept exact
+        kinds[code] = fold_and_kind(chr(code))[1]
+    bmp = folded_codes < _BMP
+    lmn = np.zeros(_BMP, dtype=np.bool_)
+    lmn[bmp] = np.isin(categories[folded_codes[bmp]], np.frombuffer(b"LMN", dtype=np.uint8))
+    in_ranges = np.zeros(_BMP, dtype=np.bool_)
+    for low, high in NO_SPACE_RANGES:
+        in_ranges |= (folded_codes >= low) & (folded_codes <= high)
+    kinds[bmp & lmn] = WORD
+    kinds[bmp & lmn & in_ranges] = GRAM
+    return folded_codes, kinds
+
+
+@functools.cache
+def _bmp_categories() -> npt.NDArray[np.uint8]:
+    """The first letter of the general category of every Basic Multilingual Plane code point."""
+    initials = "".join(unicodedata.category(chr(code))[0] for code in range(_BMP))
+    return np.frombuffer(initials.encode("ascii"), dtype=np.uint8)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -231,7 +256,8 @@ def _astral(code: int) -> tuple[int, int]:
 @functools.cache
 def _bmp_numbers() -> BoolArray:
     """Whether each Basic Multilingual Plane code point is a number (category N), built once."""
-    return np.array([unicodedata.category(chr(code))[0] == "N" for code in range(_BMP)], dtype=np.bool_)
+    numbers: BoolArray = _bmp_categories() == ord("N")
+    return numbers
 
 
 def _number_chars(codes: U64Array) -> BoolArray:
@@ -250,20 +276,23 @@ def _classify(text: str) -> tuple[U64Array, npt.NDArray[np.uint8]]:
     """Folded code points (as uint64, ready for hashing) and kinds of every character of ``text``."""
     raw = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     folded_table, kind_table = _bmp_tables()
+    if raw.size == 0 or int(raw.max()) < _BMP:
+        return folded_table[raw], kind_table[raw]
     astral = raw >= _BMP
-    if not astral.any():
-        return folded_table[raw].astype(np.uint64), kind_table[raw]
     clipped = np.where(astral, 0, raw)
-    codes, kinds = folded_table[clipped].astype(np.uint64), kind_table[clipped]
+    codes, kinds = folded_table[clipped], kind_table[clipped]
     for index in np.flatnonzero(astral).tolist():
         codes[index], kinds[index] = _astral(int(raw[index]))
     return codes, kinds
 
 
 def _runs(mask: npt.NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
-    """Start and end (exclusive) of each maximal run of True in ``mask``."""
-    edges = np.diff(mask.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
-    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    """Start and end (exclusive) of each maximal run of True in ``mask``: the places where the mask,
+    padded with False, changes, which alternate between starts and ends."""
+    padded = np.zeros(mask.size + 2, dtype=np.bool_)
+    padded[1:-1] = mask
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return edges[0::2], edges[1::2]
 
 
 def _spans(text: str, gram_chars: int) -> tuple[IntArray, IntArray, U64Array, npt.NDArray[np.uint8]]:
@@ -289,6 +318,48 @@ def _gram_spans(run_starts: IntArray, run_ends: IntArray, gram_chars: int) -> tu
     return starts, ends
 
 
+def _span_hashes(codes: U64Array, starts: IntArray, ends: IntArray) -> U64Array:
+    """:func:`_segment_hashes` of any spans, overlapping or not, from prefix sums.
+
+    Why: the direct sum takes about eight passes over every character of every token; here one
+    running sum ``P[j] = sum(code[k] * M^k, k < j)`` over the piece gives each span's sum as
+    ``(P[end] - P[start]) * M^-start``, all modulo 2^64, where the odd multiplier ``M`` has an
+    inverse. The same numbers, so the same hashes (a property test holds them equal); a span longer
+    than ``_MAX_POWER + 1`` characters, whose powers the direct sum caps, takes the direct sum."""
+    lengths = ends - starts
+    powers, inverses = _power_tables(codes.size)
+    prefix = np.zeros(codes.size + 1, dtype=np.uint64)
+    np.cumsum(codes * powers[:codes.size], out=prefix[1:])
+    sums = (prefix[ends] - prefix[starts]) * inverses[starts]
+    hashes = fmix64(sums + lengths.astype(np.uint64) * _LENGTH_MIX)
+    if lengths.size and int(lengths.max()) > _MAX_POWER + 1:
+        long = lengths > _MAX_POWER + 1
+        hashes[long] = _segment_hashes(codes, starts[long], ends[long])
+    return hashes
+
+
+def _power_tables(size: int) -> tuple[U64Array, U64Array]:
+    """``M^k`` and ``M^-k`` modulo 2^64 for ``k`` below ``size`` at least; the tables of pieces up to
+    :data:`_CACHED_POWERS` characters are kept (a few megabytes), larger ones made each time."""
+    if size <= _CACHED_POWERS:
+        return _cached_power_tables()
+    return _make_power_tables(size)
+
+
+@functools.cache
+def _cached_power_tables() -> tuple[U64Array, U64Array]:
+    return _make_power_tables(_CACHED_POWERS)
+
+
+def _make_power_tables(size: int) -> tuple[U64Array, U64Array]:
+    multiplier = int(_CHAR_MULTIPLIER)
+    powers = np.full(size, _CHAR_MULTIPLIER, dtype=np.uint64)
+    powers[0] = 1
+    inverses = np.full(size, pow(multiplier, -1, 1 << 64), dtype=np.uint64)
+    inverses[0] = 1
+    return np.cumprod(powers), np.cumprod(inverses)  # uint64 products wrap modulo 2^64
+
+
 def _segment_hashes(codes: U64Array, starts: IntArray, ends: IntArray) -> U64Array:
     """``fmix64(sum(code[s+i] * M^i) + length * L)`` for disjoint spans, by one ``reduceat``."""
     if starts.size == 0:
@@ -299,16 +370,6 @@ def _segment_hashes(codes: U64Array, starts: IntArray, ends: IntArray) -> U64Arr
     terms = codes[np.repeat(starts, lengths) + offsets] * _POWERS[np.minimum(offsets, _MAX_POWER)]
     sums = np.add.reduceat(terms, firsts)
     return fmix64(sums + lengths.astype(np.uint64) * _LENGTH_MIX)
-
-
-def _gram_hashes(codes: U64Array, starts: IntArray, gram_chars: int) -> U64Array:
-    """The same hash as :func:`_segment_hashes` for overlapping spans of exactly ``gram_chars``."""
-    if starts.size == 0:
-        return _EMPTY_U64
-    sums = codes[starts].copy()
-    for offset in range(1, gram_chars):
-        sums = sums + codes[starts + offset] * _POWERS[offset]
-    return fmix64(sums + np.uint64(gram_chars * int(_LENGTH_MIX) % (1 << 64)))
 
 
 def _weights(counts: npt.NDArray[np.intp], weighting: Weighting) -> F64Array:
