@@ -17,8 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from testing.proxy_server import ProxyServer, without_dot_segments
 
 
 @dataclass(frozen=True)
@@ -29,45 +31,27 @@ class Hit:
     body: bytes
 
 
-class BehaviourSite:
+class BehaviourSite(ProxyServer):
     def __init__(self) -> None:
         self.log: list[Hit] = []
         self.redirects: dict[str, tuple[int, str]] = {}
         self.gate = threading.Event()
         self._lock = threading.Lock()
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-                site.answer(self)
-
-            def do_POST(self) -> None:  # noqa: N802
-                site.answer(self)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def proxy(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__()
 
     def __enter__(self) -> BehaviourSite:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.gate.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.close()
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
         host = (parts.hostname or "").lower()
         query = f"?{parts.query}" if parts.query else ""
-        url = f"http://{host}{_without_dot_segments(parts.path or '/')}{query}"
+        url = f"http://{host}{without_dot_segments(parts.path or '/')}{query}"
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         headers = {name.lower(): value for name, value in handler.headers.items()}
@@ -94,18 +78,6 @@ class BehaviourSite:
     def fetched(self, method: str = "GET") -> list[str]:
         with self._lock:
             return [hit.url for hit in self.log if hit.method == method]
-
-
-def _without_dot_segments(path: str) -> str:
-    """RFC 3986 section 5.2.4, as servers apply it to a request's path."""
-    out: list[str] = []
-    for segment in path.split("/")[1:]:
-        if segment == "..":
-            if out:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    return "/" + "/".join(out)
 
 
 @contextmanager

@@ -25,8 +25,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from testing.proxy_server import ProxyServer, without_dot_segments
 
 
 @dataclass
@@ -109,20 +111,7 @@ def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, ch
     return site
 
 
-def _without_dot_segments(path: str) -> str:
-    """RFC 3986 section 5.2.4, as servers apply it to a request's path."""
-    out: list[str] = []
-    for segment in path.split("/")[1:]:
-        if segment == "..":
-            if out:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    trailing = path.endswith(("/.", "/.."))
-    return "/" + "/".join(out) + ("/" if trailing and out else "")
-
-
-class SiteServer:
+class SiteServer(ProxyServer):
     """Serves a :class:`Site` on 127.0.0.1 as an HTTP proxy; ``log`` holds every request's URL."""
 
     def __init__(self, site: Site, delay_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0) -> None:
@@ -134,34 +123,19 @@ class SiteServer:
         self.crawlers: list[str] = []  # the X-Crawler header of each request, beside ``log``
         self.times: list[float] = []  # when each request came (time.monotonic), beside ``log``
         self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-                server.answer(self)
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def proxy(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__()
 
     def __enter__(self) -> SiteServer:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.close()
 
     def answer(self, handler: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
         host = (parts.hostname or handler.headers.get("Host", "")).lower()
-        path = _without_dot_segments(parts.path or "/")  # as a web server resolves them
+        path = without_dot_segments(parts.path or "/")  # as a web server resolves them
         with self._lock:
             self.log.append(f"http://{host}{path}")
             self.crawlers.append(handler.headers.get("X-Crawler", ""))
