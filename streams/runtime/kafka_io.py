@@ -22,6 +22,7 @@ from confluent_kafka.admin._config import ConfigResource  # re-exported by confl
 from confluent_kafka.cimpl import NewTopic  # re-exported by confluent_kafka.admin, not declared there
 
 from streams.errors import BrokerError, ConfigError, RuntimeFailure, ShardCountMismatch
+from streams.runtime.client_log import CLIENT_LOG
 from streams.runtime.clients import CONFLUENT, KafkaClients
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class KafkaConfig:
     client: Mapping[str, str] = field(default_factory=dict)
 
     def _base(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client}
+        return {"bootstrap.servers": self.bootstrap_servers, "logger": CLIENT_LOG, **self.client}
 
     def producer(self, **extra: Any) -> dict[str, Any]:
         # lz4 runs in librdkafka's threads, beside Python: pages (and changelogged page state) shrink
