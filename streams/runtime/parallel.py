@@ -57,6 +57,9 @@ class ProcessMap:
     def __init__(self, function: str, context: bytes, processes: int) -> None:
         _resolve(function)  # fail here, not in a child
         spawn = multiprocessing.get_context("forkserver")
+        # The fork server imports the function's module once (when it starts: the first ProcessMap
+        # of a process), and each child is forked with it imported instead of importing it again.
+        spawn.set_forkserver_preload([function.partition(":")[0]])
         self._connections: list[Connection] = []
         self._children = []
         self._pending: Pending | None = None
