@@ -15,7 +15,9 @@ commit, which ``make bench-content`` reports, to be steady: the first commit com
 batches of hundreds of pages). Prints each round and the best of each; a speed change is the ratio
 of the two bests. Beside the rates, pages per CPU second of the worker
 (``getrusage`` of the finished child, start-up included), which other load on a shared machine
-disturbs far less: the ratio of the two medians is printed too.
+disturbs far less: the ratio of the two medians is printed too. It counts the worker alone: its
+analysis processes are children of the fork server, whose time it does not see, so compare it only
+between runs with no analysis processes (``--processes 0``).
 """
 
 from __future__ import annotations
