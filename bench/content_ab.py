@@ -1,6 +1,6 @@
 """The page stage of two checkouts, side by side on the same pages (a change's A/B).
 
-    python -m bench.content_ab --other /path/to/checkout [--pages 2000] [--rounds 3] [--processes 0]
+    python -m bench.content_ab --other /path/to/checkout [--pages 2000] [--rounds 3] [--processes N]
                                [--corpus ../shared/corpus]
 
 ``--other`` is a clone built as CI builds it (``make``: its own ``.venv``, hot path compiled). The
@@ -15,7 +15,9 @@ commit, which ``make bench-content`` reports, to be steady: the first commit com
 batches of hundreds of pages). Prints each round and the best of each; a speed change is the ratio
 of the two bests. Beside the rates, pages per CPU second of the worker
 (``getrusage`` of the finished child, start-up included), which other load on a shared machine
-disturbs far less: the ratio of the two medians is printed too.
+disturbs far less: the ratio of the two medians is printed too. It counts the worker alone: its
+analysis processes are children of the fork server, whose time it does not see, so compare it only
+between runs with no analysis processes (``--processes 0``).
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ def internal_topics(kafka: Any, prefix: str, app_id: str) -> list[str]:
 
 
 def stage_rate(kafka: Any, prefix: str, total: int, work: Path, app_id: str, tree: Path,
-               processes: int) -> dict[str, Any]:
+               processes: str | None) -> dict[str, Any]:
     topics = Topics(prefix)
     python = str(tree / ".venv" / "bin" / "python")
-    command = ["env", f"--chdir={tree}", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
-               "STREAMS_METRICS_ENABLED=false", f"STREAMS_CONTENT_SEEN_ANALYSIS_PROCESSES={processes}",
+    setting = "STREAMS_CONTENT_SEEN_ANALYSIS_PROCESSES"
+    chosen = ["-u", setting] if processes is None else [f"{setting}={processes}"]  # None: the tree's default
+    command = ["env", f"--chdir={tree}", *chosen, f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
+               "STREAMS_METRICS_ENABLED=false",
                python, "-m", "streams", "content-seen", "--topic-prefix", prefix, "--app-id", app_id,
                "--worker-id", "w0", "--state-dir", str(work / f"state-{app_id}"), "--shards", str(PARTITIONS)]
     group = topics.group(app_id, "content-seen")
@@ -69,7 +73,7 @@ def main() -> int:
     parser.add_argument("--other", type=Path, required=True, help="the checkout to compare with")
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--processes", type=int, default=0, help="analysis processes per worker")
+    parser.add_argument("--processes", help="analysis processes per worker (unset: each checkout's default)")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     args = parser.parse_args()
     kafka, work = h.broker(), Path(tempfile.mkdtemp(prefix="content-ab-"))
@@ -77,8 +81,8 @@ def main() -> int:
     values, left_out = corpus_records(args.pages, args.corpus)
     h.create_topics(kafka, [Topics(prefix).fetched_pages], PARTITIONS)
     h.produce(kafka, Topics(prefix).fetched_pages, ((None, value) for value in values))
-    print(f"{len(values)} pages ({left_out} corpus pages too large left out), {args.processes} analysis "
-          f"processes", flush=True)
+    print(f"{len(values)} pages ({left_out} corpus pages too large left out), analysis_processes "
+          f"{args.processes or 'at each checkout' + chr(39) + 's default'}", flush=True)
     trees = {"this": h.PROJECT_ROOT, "other": args.other.resolve()}
     rates: dict[str, list[int]] = {"this": [], "other": []}
     per_cpu_s: dict[str, list[float]] = {"this": [], "other": []}

@@ -47,6 +47,7 @@ from streams.pages.analyze import PageSettings, analyze_page
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.offline import run_offline
 from streams.runtime.store import MemoryStore, RocksStore
+from streams.stages.content_seen.cores import analysis_processes
 from streams.stages.content_seen.stage import ContentSeenStage
 from streams.topics import Topics
 from testing import harness as h
@@ -81,15 +82,17 @@ def corpus_records(pages: int, corpus: Path = CORPUS) -> tuple[list[bytes], int]
     return out, too_large
 
 
-def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path, processes: int) -> dict[str, Any]:
+def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path, processes: str) -> dict[str, Any]:
+    """One worker's steady rate; ``processes`` its ``analysis_processes`` (``auto``: the default)."""
     topics = Topics(f"{h.fresh_name('contentbench')}.")
     h.create_topics(kafka, [topics.fetched_pages], PARTITIONS)
     h.produce(kafka, topics.fetched_pages, ((None, value) for value in values))
     command = ["env", f"KAFKA_BOOTSTRAP_SERVERS={kafka.bootstrap_servers}",
                f"STREAMS_CONTENT_SEEN_ANALYSIS_PROCESSES={processes}", PYTHON, "-m", "streams",
                "content-seen", "--topic-prefix", topics.prefix, "--app-id", "bench", "--worker-id", "w0",
-               "--state-dir", str(work / f"state-{processes}"), "--shards", str(PARTITIONS)]
-    analysis = f"{processes} analysis processes" if processes else "analysis in the worker"
+               "--state-dir", str(work / f"state-{topics.prefix}"), "--shards", str(PARTITIONS)]
+    analysis = {"0": "analysis in the worker", "auto": "default analysis processes, "
+                f"{analysis_processes('auto')} here"}.get(processes, f"{processes} analysis processes")
     rate = h.steady_rate(f"content-seen stage (Kafka, 1 worker, {analysis})", command, kafka,
                          topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
                          via=registry.spec("content-seen").topology(topics, "bench").shard_topics,
@@ -225,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="block-based lookup stores' block cache")
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--kill-articles", type=int, default=400)
-    parser.add_argument("--analysis-processes", type=int, default=2,
-                        help="the second Kafka run's analysis_processes (the first analyses in the worker)")
+    parser.add_argument("--analysis-processes", default="auto",
+                        help="the second Kafka run's analysis_processes, the default's unless given (the "
+                             "first analyses in the worker)")
     args = parser.parse_args(argv)
     if not CORPUS.exists():
         print(f"the shared corpus is not at {CORPUS}: nothing to measure", file=sys.stderr)
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka = h.broker()
     work = Path(tempfile.mkdtemp(prefix="content-bench-"))
     values, too_large = corpus_records(args.pages)
-    rates = [_kafka_rate(kafka, values, work, processes) for processes in (0, args.analysis_processes)]
+    rates = [_kafka_rate(kafka, values, work, processes) for processes in ("0", args.analysis_processes)]
     rates += [_offline_rate(values, work), _analysis_rate(values)]
     sizes = [int(size) for size in args.lookup_sizes.split(",") if size]
     results: dict[str, Any] = {

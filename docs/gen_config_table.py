@@ -202,7 +202,9 @@ MEANINGS = {
         "SimHashes a block-table bucket keeps, and pages a SimHash record keeps (the earliest); "
         "bounds the work per lookup",
     ("content_seen", "analysis_processes"):
-        "child processes analysing a batch's pages in parallel (0: in the worker)",
+        "child processes analysing a batch's pages in parallel; `auto`: one per core the worker may "
+        "use (its CPU affinity, capped by a cgroup CPU quota) when it has two or more, none on one; "
+        "0: in the worker ([docs/content-seen.md](docs/content-seen.md), \"Analysis processes\")",
     ("content_seen", "page_cache_mb"):
         "MiB of page records a worker holds in memory until their verdicts; it takes no new pages "
         "while three quarters of it are in flight (a page evicted, or held by no worker, is read "
@@ -289,8 +291,11 @@ def env_name(section: str, field: str) -> str:
 
 
 def type_name(annotation: Any) -> str:
-    if isinstance(annotation, types.UnionType):
-        annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) > 1:  # int | Literal["auto"]: "integer or `auto`"
+            return " or ".join(type_name(arg).removeprefix("one of ") for arg in members)
+        annotation = members[0]
     if typing.get_origin(annotation) is typing.Literal:
         return "one of " + ", ".join(f"`{value}`" for value in typing.get_args(annotation))
     if typing.get_origin(annotation) is tuple:

@@ -105,8 +105,19 @@ class TopicSettings:
 
 def _convert(raw: Any, annotation: Any, name: str) -> Any:
     target = annotation
-    if isinstance(annotation, types.UnionType):
-        target = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        named = [arg for arg in members if typing.get_origin(arg) is typing.Literal]
+        if any(raw in typing.get_args(arg) for arg in named):  # int | Literal["auto"]: "auto" as it is
+            return raw
+        target = next(arg for arg in members if arg not in named)
+        if named:
+            try:
+                return _convert(raw, target, name)
+            except ConfigError:
+                words = ", ".join(repr(value) for arg in named for value in typing.get_args(arg))
+                raise ConfigError(f"setting {name}: cannot read {raw!r} as {target.__name__} or "
+                                  f"{words}") from None
     if typing.get_origin(target) is typing.Literal:
         allowed = typing.get_args(target)
         if raw not in allowed:

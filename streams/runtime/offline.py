@@ -5,7 +5,10 @@ stages: it gives the stage the same context, with one shard that it owns, and ru
 processors and services. Each input line is a record of the stage's first input topic and one
 transaction of its own:
 
-1. the stage's ``prepare_input`` sees it, then its ``route`` step;
+1. the stage's ``prepare_input`` has seen it, in a window of lines read ahead and handed over
+   before the window before is decided, as the engine prepares a batch ahead (the page stage's
+   analysis processes work on one window while the driver decides the last); then its ``route``
+   step;
 2. what reaches an internal topic is processed at once, in the order sent, on the one shard (the
    offline run sees every key);
 3. the stage's scheduled callbacks run last (:mod:`streams.runtime.schedule`), with the input
@@ -22,9 +25,12 @@ line changes nothing; it is reported on stderr (and, with ``errors_to_stdout``, 
 
 from __future__ import annotations
 
+import itertools
+import os
+import select
 import sys
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Final
 
@@ -113,15 +119,22 @@ class OfflineDriver:
         """Line ``number`` as a record of the stage's first input topic."""
         return LineMessage(self._source, number, value, key)
 
-    def decide(self, message: LineMessage) -> list[Emit]:
+    def prepare(self, messages: Sequence[LineMessage]) -> int:
+        """Lines read ahead, to the stage's ``prepare_input`` before they are decided (the page stage
+        starts analysing them in its children); how many of them, the first ones, it took."""
+        return self._services.prepare(messages)
+
+    def decide(self, message: LineMessage, prepared: bool = False) -> list[Emit]:
         """One line's transaction: what it emits beyond the internal topics, in order. Raises
-        RecordRejected, with the store and the memory as they were, for a line that is refused."""
+        RecordRejected, with the store and the memory as they were, for a line that is refused.
+        ``prepared``: :meth:`prepare` took it already (else it is prepared alone, here)."""
         services, handlers = self._services, self._handlers
         states = self.owned.begin()
         self._reader.line = message
         decided: list[Emit] = []
         try:
-            services.prepare([message])
+            if not prepared:
+                services.prepare([message])
             pending = deque(self._route(message))
             positions: InputPositions | None = self._positions(message)
             while True:
@@ -161,26 +174,107 @@ class OfflineDriver:
 
 def run_offline(topology: Topology, stage: Stage, store: PartitionStore, lines: Iterable[bytes],
                 out: IO[bytes] | None = None, errors_to_stdout: bool = False) -> int:
-    """Feed ``lines`` through ``stage``; write what reaches its first output; return records written."""
+    """Feed ``lines`` through ``stage``; write what reaches its first output; return records written.
+
+    Lines are read ahead as the engine consumes a batch ahead: each window of lines (those already
+    readable, up to :data:`WINDOW_LINES`) goes to the stage's ``prepare_input`` before the last
+    window's lines are decided, so the page stage's children analyse one window while the driver
+    decides the one before, in order. A line is never waited for while one read is undecided, so a
+    simulator writing a line and waiting for its answer still gets it."""
     out = out if out is not None else sys.stdout.buffer
     output_topic = topology.output_topics[0]
     driver = OfflineDriver(topology, stage, store)
     written = 0
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip(b"\r\n")
-        if not line.strip():
-            continue
-        try:
-            emits = driver.decide(driver.message(number, line))
-        except RecordRejected as rejected:
-            _report(number, rejected, out if errors_to_stdout else None)
-            continue
-        for emit in emits:
-            if emit.topic == output_topic and emit.value is not None:
-                out.write(emit.value + b"\n")
-                written += 1
-        out.flush()
+    read: deque[LineMessage] = deque()  # read, not prepared yet
+    prepared: list[LineMessage] = []  # prepared, decided next
+
+    def decide_prepared() -> None:
+        nonlocal written, prepared
+        for message in prepared:
+            try:
+                emits = driver.decide(message, prepared=True)
+            except RecordRejected as rejected:
+                _report(message.offset(), rejected, out if errors_to_stdout else None)
+                continue
+            for emit in emits:
+                if emit.topic == output_topic and emit.value is not None:
+                    out.write(emit.value + b"\n")
+                    written += 1
+            out.flush()
+        prepared = []
+
+    def prepare_next() -> list[LineMessage]:
+        window = list(read)
+        taken = driver.prepare(window) if window else 0
+        for _ in range(taken):
+            read.popleft()
+        return window[:taken]
+
+    for window in line_windows(lines):
+        for number, line in window:
+            line = line.rstrip(b"\r\n")
+            if line.strip():
+                read.append(driver.message(number, line))
+        following = prepare_next()
+        decide_prepared()
+        prepared = following
+    while prepared or read:
+        following = prepare_next()
+        decide_prepared()
+        prepared = following
     return written
+
+
+WINDOW_LINES = 64  # lines read ahead at most: a batch for the analysis processes
+
+
+def line_windows(lines: Iterable[bytes], size: int | None = None) -> Iterator[list[tuple[int, bytes]]]:
+    """``lines`` numbered from 1, in windows of up to ``size``. From a file or pipe (``fileno``), a
+    window is the lines readable without waiting, and an empty window comes before any wait for
+    more: the caller decides what it holds then, so an interactive caller's line is answered
+    without its next one."""
+    size = size or WINDOW_LINES
+    fd = _fileno(lines)
+    if fd is None:
+        numbered = enumerate(lines, start=1)
+        while window := list(itertools.islice(numbered, size)):
+            yield window
+        return
+    number, ready, pieces, end = 0, deque[bytes](), list[bytes](), False
+    while True:
+        while not end and len(ready) < size:
+            if not select.select([fd], [], [], 0)[0]:
+                if ready:
+                    break
+                yield []  # about to wait: decide what was read first
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                end = True
+                break
+            *complete, rest = chunk.split(b"\n")
+            if complete:
+                complete[0] = b"".join([*pieces, complete[0]])
+                pieces = []
+                ready.extend(complete)
+            if rest:
+                pieces.append(rest)
+        if end and pieces:
+            ready.append(b"".join(pieces))
+            pieces = []
+        if not ready:
+            return
+        window = []
+        while ready and len(window) < size:
+            number += 1
+            window.append((number, ready.popleft()))
+        yield window
+
+
+def _fileno(lines: Iterable[bytes]) -> int | None:
+    try:
+        return int(lines.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
 
 
 def _report(number: int, rejected: RecordRejected, out: IO[bytes] | None) -> None:

@@ -4,14 +4,17 @@ worker routes the previous batch, or in the worker.
 The engine hands a preparing stage each batch's input records before routing them, and routes them
 in the next batch (:mod:`streams.runtime.inflow`). :meth:`Intake.prepare` takes the first of them
 while the pages in flight (awaiting their replies here, or prepared and not routed yet; a page that
-waits only for its horizon is not counted, :class:`~streams.stages.content_seen.waiting.PageCache`) stay under
-three quarters of ``page_cache_mb`` (at least one when none is), and starts analysing them in the
-children, if there are any (``analysis_processes``); by the next batch their analysis is mostly
-done. The engine feeds the rest in again once :meth:`Intake.ready` (in flight at half): without
-that, a worker catching up on a backlog would route pages far faster than their replies come back
-through the shard topic, each waiting in memory. A page is in flight for about four batches
-(prepared, routed, probed, replied to), each up to the consumer's 64 MB queue, so much less than
-384 MB in flight stalls the input (docs/content-seen.md has the measurements).
+waits only for its horizon is not counted, :class:`~streams.stages.content_seen.waiting.PageCache`)
+stay under three quarters of ``page_cache_mb`` (at least one when none is), and starts analysing
+them in the children, if there are any (``analysis_processes``, by default one per usable core:
+:mod:`streams.stages.content_seen.cores`) and the batch has two pages or more (one page alone is
+analysed in the worker, without a pipe's cost or a wait); by the next batch their analysis is mostly
+done. The offline driver hands it windows of lines read ahead the same way. The engine feeds the
+rest in again once :meth:`Intake.ready` (in flight at half): without that, a worker catching up on a
+backlog would route pages far faster than their replies come back through the shard topic, each
+waiting in memory. A page is in flight for about four batches (prepared, routed, probed, replied
+to), each up to the consumer's 64 MB queue, so much less than 384 MB in flight stalls the input
+(docs/content-seen.md has the measurements).
 """
 
 from __future__ import annotations
@@ -51,11 +54,23 @@ class Intake:
         self._unrouted_bytes = 0  # pages taken in the last batch, routed in this one
         self._prepared: dict[Place, bytes] = {}
         self._pending: tuple[list[Place], Pending] | None = None
+        self._pending_places: set[Place] = set()
+        self._processes = processes
         self._pool: ProcessMap | None = None
-        if processes > 0:
+
+    @property
+    def processes(self) -> int:
+        return self._processes
+
+    def _children(self) -> ProcessMap:
+        """The analysis processes, started with the first batch they get (a stage built and never
+        given two pages at once, as in most tests and a line-at-a-time offline run, starts none)."""
+        if self._pool is None:
+            settings = self._settings
             analysis = {each.name: getattr(settings, each.name) for each in dataclasses.fields(PageSettings)}
-            context = orjson.dumps({"settings": analysis, "max_record_bytes": max_record_bytes})
-            self._pool = ProcessMap("streams.stages.content_seen.intake:analyze_value", context, processes)
+            context = orjson.dumps({"settings": analysis, "max_record_bytes": self._max_record_bytes})
+            self._pool = ProcessMap(f"{__name__}:analyze_value", context, self._processes)
+        return self._pool
 
     def prepare(self, messages: Sequence[Message]) -> int:
         """How many of ``messages``, the first ones, to take (see the module docstring); their
@@ -70,9 +85,10 @@ class Intake:
             taken += 1
         chosen = messages[:taken]
         self._unrouted_bytes = sum(len(message.value() or b"") for message in chosen)
-        if self._pool is not None and chosen:
+        if self._processes > 0 and len(chosen) >= 2:  # one page alone is analysed in the worker, sooner
             places = [(message.partition(), message.offset()) for message in chosen]
-            self._pending = (places, self._pool.submit([message.value() or b"" for message in chosen]))
+            self._pending = (places, self._children().submit([message.value() or b"" for message in chosen]))
+            self._pending_places = set(places)
         return taken
 
     def ready(self) -> bool:
@@ -81,7 +97,7 @@ class Intake:
     def analyse(self, message: Message, record: dict[str, Any]) -> PageAnalysis | Skipped:
         """The page's analysis, or why it is not compared: from the child that analysed it, or done here."""
         place = (message.partition(), message.offset())
-        if place not in self._prepared:
+        if place in self._pending_places:
             self._collect()
         prepared = self._prepared.pop(place, None)
         if prepared is None:
@@ -103,6 +119,7 @@ class Intake:
         if self._pending is not None:
             places, pending = self._pending
             self._pending = None
+            self._pending_places = set()
             self._prepared.update(zip(places, pending.results(), strict=True))
 
 

@@ -35,6 +35,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Literal
 
 import orjson
 
@@ -45,7 +46,7 @@ from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
 from streams.pages.sketch import SKETCH_VERSION, NearDuplicateRule
 from streams.runtime.api import On, Processors, StageContext, StateIdentity, StoreSpec, rocks_store
-from streams.stages.content_seen import buckets
+from streams.stages.content_seen import buckets, cores
 from streams.stages.content_seen.decide import Decider
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
@@ -69,7 +70,9 @@ class ContentSeenSettings(PageSettings):
     """Settings of the page stage (``[content_seen]`` in TOML, ``STREAMS_CONTENT_SEEN_*``)."""
 
     max_bucket_entries: int = 64     # slots a bucket keeps, pages a SimHash record keeps (the earliest)
-    analysis_processes: int = 0      # child processes analysing pages in parallel (0: in the worker)
+    # Child processes analysing pages in parallel (0: in the worker); "auto": one per usable core on
+    # two or more, none on one (streams/stages/content_seen/cores.py says why).
+    analysis_processes: int | Literal["auto"] = "auto"
     page_cache_mb: int = 512         # input records of pages awaiting their verdict, kept in memory
     # The near-duplicate decision on the tables' candidates (streams/pages/sketch.py, NearDuplicateRule):
     near_radius: int = 10              # SimHash bits a candidate may differ in
@@ -106,8 +109,8 @@ class ContentSeenStage:
         self._design_id = fingerprint_space(self.settings)
         self._rule = self.settings.near_rule()
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
-        self._intake = Intake(self.settings, self.settings.analysis_processes, self.max_record_bytes,
-                              self._pages)
+        self._intake = Intake(self.settings, cores.analysis_processes(self.settings.analysis_processes),
+                              self.max_record_bytes, self._pages)
 
     def store(self) -> StoreSpec:
         """Shards read bucket by bucket, 10 random ones a page (PlainTable); the tables' design in

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import pytest
 
 from streams.dev import simweb
 from streams.errors import ConfigError, RecordRejected, StateError
+from streams.runtime import offline
 from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
 from streams.runtime.store import MemoryStore
 from streams.stages.content_seen import buckets
@@ -94,7 +98,7 @@ def test_analysis_processes_give_the_same_routes() -> None:
     messages = [LineMessage(TOPICS.fetched_pages, number, orjson.dumps(page.record))
                 for number, page in enumerate(pages)]
     messages.append(LineMessage(TOPICS.fetched_pages, len(pages), b'{"url": "https://x.example/"}'))
-    _, inline = bind(ContentSeenStage(), TOPOLOGY, 1)
+    _, inline = bind(ContentSeenStage(ContentSeenSettings(analysis_processes=0)), TOPOLOGY, 1)
     pooled, pooled_routes = bind(ContentSeenStage(ContentSeenSettings(analysis_processes=2)), TOPOLOGY, 1)
     text_page = dict(pages[0].record)
     text_page.pop("body_base64", None)
@@ -106,14 +110,59 @@ def test_analysis_processes_give_the_same_routes() -> None:
 
 def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
     message = LineMessage(TOPICS.fetched_pages, 0, b'{"url": "https://x.example/", "body_base64": "@@@"}')
+    other = LineMessage(TOPICS.fetched_pages, 1, orjson.dumps(simweb.crawl(seed=6, articles=1)[0].record))
     pooled, pooled_routes = bind(ContentSeenStage(ContentSeenSettings(analysis_processes=1)), TOPOLOGY, 1)
-    pooled.services.prepare([message])
+    pooled.services.prepare([message, other])  # a batch of two: a lone page is analysed in the worker
     reasons = []
-    for processors in (pooled_routes, bind(ContentSeenStage(), TOPOLOGY, 1)[1]):
+    for processors in (pooled_routes, bind(ContentSeenStage(ContentSeenSettings(analysis_processes=0)),
+                                           TOPOLOGY, 1)[1]):
         with pytest.raises(RecordRejected) as rejected:
             processors.route(message)
         reasons.append(rejected.value.reason)
     assert reasons == ["schema", "schema"]
+
+
+def _offline_output(processes: int, lines: Iterable[bytes]) -> bytes:
+    out = io.BytesIO()
+    run_offline(TOPOLOGY, ContentSeenStage(ContentSeenSettings(analysis_processes=processes)), MemoryStore(),
+                lines, out=out, errors_to_stdout=True)
+    return out.getvalue()
+
+
+def test_offline_with_analysis_processes_writes_the_same_lines(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, lines are read a window ahead and analysed in the children: the same lines, in the
+    same order, as analysed in the worker; from a list and from a file (read by its descriptor)."""
+    pages = simweb.crawl(seed=7, articles=12)  # originals, mirrors, near copies, refetches
+    lines = [orjson.dumps(page.record) for page in pages]
+    lines[5:5] = [b"", b'{"url": "https://x.example/", "body_base64": "@@@"}', b"not json"]  # rejected, blank
+    inline = _offline_output(0, lines)
+    assert len(inline.splitlines()) == len(pages) + 2
+    monkeypatch.setattr(offline, "WINDOW_LINES", 4)  # many windows, one of a single page (analysed here)
+    assert len(lines) % 4 == 1
+    for processes in (1, 2):
+        assert _offline_output(processes, lines) == inline
+    path = tmp_path / "pages.jsonl"
+    path.write_bytes(b"\n".join(lines))  # no newline after the last line
+    with path.open("rb") as stdin:
+        assert _offline_output(2, stdin) == inline
+
+
+def test_offline_windows_never_wait_for_a_line_while_one_is_undecided() -> None:
+    """From a pipe, a window is what can be read now; an empty window comes before any wait, so the
+    driver decides what it holds before it blocks (a caller writing a line and waiting for its answer)."""
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as reader:
+        os.write(write_end, b"one\ntwo\nthr")
+        windows = offline.line_windows(reader, size=64)
+        assert next(windows) == [(1, b"one"), (2, b"two")]
+        assert next(windows) == []  # nothing more to read now: decide before waiting
+        os.write(write_end, b"ee\n")
+        assert next(windows) == [(3, b"three")]
+        assert next(windows) == []
+        os.write(write_end, b"four")
+        os.close(write_end)
+        assert list(windows) == [[(4, b"four")]]
 
 
 def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
