@@ -123,8 +123,15 @@ def on_the_stages(kafka: KafkaConfig, prefix: str, **extra: str) -> tuple[dict[s
 
 
 def finish(process: subprocess.Popen[bytes], log: Path, timeout_s: float = 180) -> str:
-    """Wait for a Scrapy process; its log (the assertion names its tail when it failed)."""
-    code = process.wait(timeout_s)
+    """Wait for a Scrapy process; its log (the assertion names its tail when it failed or hung: a
+    hung crawl is killed, so that no process outlives the test, and its log is what tells why)."""
+    try:
+        code = process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"{log.name}: still crawling after {timeout_s} s, killed; its log ends:\n"
+                             f"{log.read_text()[-4000:]}") from None
     text = log.read_text()
     assert code == 0, text[-4000:]
     return text

@@ -20,7 +20,15 @@ from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 from testing import harness as h
 from testing import scrapy_site
-from testing.scrapy import read_items, stage_settings, start_scrapy, start_stage, stats, wait_until_running
+from testing.scrapy import (
+    finish,
+    read_items,
+    stage_settings,
+    start_scrapy,
+    start_stage,
+    stats,
+    wait_until_running,
+)
 
 pytest.importorskip("scrapy")
 
@@ -43,7 +51,7 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
             crawlers = [start_scrapy(server.proxy, items[n], tmp_path / f"scrapy{n}.log",
                                      [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env) for n in range(2)]
             for number, crawler in enumerate(crawlers):
-                assert crawler.wait(300) == 0, (tmp_path / f"scrapy{number}.log").read_text()[-3000:]
+                finish(crawler, tmp_path / f"scrapy{number}.log", timeout_s=300)
             fetched = server.fetches()
     finally:
         _stop(stages)
@@ -99,7 +107,7 @@ def test_killing_a_scrapy_process_and_a_stage_worker_loses_no_url(kafka: KafkaCo
             stages["url-dedup"] = start_stage(kafka, prefix, "url-dedup", tmp_path / "url-dedup")
             crawlers.append(crawler(2, victim))  # its place back, at once
             for number in (1 - victim, 2):
-                assert crawlers[number].wait(300) == 0, (tmp_path / f"scrapy{number}.log").read_text()[-3000:]
+                finish(crawlers[number], tmp_path / f"scrapy{number}.log", timeout_s=300)
             fetched, log, who = server.fetches(), list(server.log), list(server.crawlers)
     finally:
         _stop(list(stages.values()))
@@ -136,8 +144,7 @@ def test_a_second_crawl_fetches_again_only_what_revisit_scheduled(kafka: KafkaCo
                                          [*settings, f"CRAWL_DEDUP_REVISIT_AHEAD_S={ahead}"], env)
                             for n in range(2)]
                 for number, crawler in enumerate(crawlers):
-                    log = tmp_path / f"scrapy{round_number}{number}.log"
-                    assert crawler.wait(300) == 0, log.read_text()[-3000:]
+                    finish(crawler, tmp_path / f"scrapy{round_number}{number}.log", timeout_s=300)
                 if round_number == 0:
                     first = server.fetches()
                     server.next_version()
