@@ -132,11 +132,12 @@ def _group_settled(admin: AdminClient, group: str, members: int) -> bool:
 
 def _worker(kafka: KafkaConfig, topics: Topics, load: Load, app_id: str, number: int, work: Path,
             tree: Path) -> Worker:
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "STREAMS_METRICS_ENABLED": "false"}
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+           "STREAMS_METRICS_ENABLED": "false"}  # two workers would take one port
     python = PYTHON if tree == h.PROJECT_ROOT else str(tree / ".venv" / "bin" / "python")
-    command = ["env", f"--chdir={tree}", python, "-m", "streams", load.stage, "--topic-prefix", topics.prefix, "--app-id", app_id,
-               "--worker-id", f"w{number}", "--state-dir", str(work / f"{app_id}-w{number}"),
-               "--shards", str(PARTITIONS)]
+    command = ["env", f"--chdir={tree}", python, "-m", "streams", load.stage, "--topic-prefix",
+               topics.prefix, "--app-id", app_id, "--worker-id", f"w{number}",
+               "--state-dir", str(work / f"{app_id}-w{number}"), "--shards", str(PARTITIONS)]
     return Worker(command, env, work / f"{app_id}-w{number}.log", f"{app_id}-w{number}", load.stage)
 
 
@@ -153,7 +154,7 @@ def passthrough(source: str, target: str, group: str) -> None:
     producer = Producer(kafka.transactional_producer(f"{group}-tx", 30.0))
     producer.init_transactions()
     consumer.subscribe([source])
-    print(f"passthrough {source} -> {target}: assignment: owns (polling)", flush=True)
+    print(f"passthrough {source} -> {target}: polling", flush=True)
     while True:
         messages = [m for m in consumer.consume(1000, timeout=0.01) if m.error() is None]
         if not messages:
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run(kafka, loads[stage], workers, args.seconds, args.warmup, work, args.tree.resolve())
             print(json.dumps(row), flush=True)
             rows.append(row)
-    command = "python -m bench.latency_bench" + (f" {' '.join(argv)}" if argv else " " + " ".join(sys.argv[1:]))
+    command = "python -m bench.latency_bench " + " ".join(sys.argv[1:] if argv is None else argv)
     results: dict[str, Any] = {"command": command.strip(), "rows": rows,
                                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                                           f"{platform.python_version()}, broker {kafka.bootstrap_servers}"}
