@@ -49,7 +49,7 @@ class RuntimeSettings:
 
     ``batch_max_wait_s`` is how long a worker with nothing fetched waits for its first record; a
     batch is then what is fetched with it, so a sparse load gets small, quick transactions and a
-    backlog big ones (docs/decisions/0008-adaptive-cadence.md). It is not a wait for a batch to fill.
+    backlog big ones (docs/decisions/0009-adaptive-cadence.md). It is not a wait for a batch to fill.
     """
 
     app_id: str = "crawl-dedup"

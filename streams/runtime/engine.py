@@ -323,7 +323,7 @@ class Engine:
         39) held every transaction at a sparse load the whole ``batch_max_wait_s``: a page passes
         several transactions (route, then the shard processors' hops), and its verdict came 0.6-1.0
         s after its write at 20 pages/s (p99 1.3 s); waking on the first record makes each hop cost
-        about a commit (bench/results/latency.md; docs/decisions/0008-adaptive-cadence.md).
+        about a commit (bench/results/latency.md; docs/decisions/0009-adaptive-cadence.md).
 
         With input records held for routing (a preparing stage's, prepared in the last batch) the
         batch is due now: nothing is waited for."""
