@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -129,6 +129,13 @@ bench-content: $(BENCH_STAMP) jars
 	$(PY) -m bench.clueweb_bench
 	$(PY) -m bench.content_bench
 	$(PY) -m bench.race_bench
+	$(MAKE) bench-latency
+
+# Latency at a steady light load (issue 39): write -> verdict (20 pages/s of the shared corpus's
+# HTML) and write -> new URL (200 URLs/s) readable with read_committed, 1 and 2 workers, beside one
+# raw transactional Kafka hop measured in the same run. Needs ../shared/corpus.
+bench-latency: venv jars
+	$(PY) -m bench.latency_bench
 
 # Scrapy on the stages beside scrapy-redis (PyPI) on Debian's redis-server (installed here when
 # missing and running as root): the same local site, spider, processes and concurrency.

@@ -113,8 +113,9 @@ MEANINGS = {
         "broker, so fewer, larger transactions cost less (a batch of pages is bounded sooner by "
         "the fetch queue)",
     ("runtime", "batch_max_wait_s"):
-        "seconds a consume waits for records when none are fetched yet (records already fetched "
-        "are taken at once, up to `batch_max_messages`)",
+        "seconds a consume waits for the first record when none are fetched yet; what is fetched "
+        "is taken at once, up to `batch_max_messages`, so a sparse load gets small, quick "
+        "transactions and a backlog big ones",
     ("runtime", "transaction_timeout_s"):
         "the producer's `transaction.timeout.ms`, and how long a commit or abort may take",
     ("runtime", "on_wedged"):

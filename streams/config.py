@@ -46,6 +46,10 @@ class RuntimeSettings:
     record produced in it, and the worker does nothing meanwhile, so the commit's fixed cost is
     paid per batch. 20,000 small records are about 0.2 s of a URL worker's work; a batch of pages
     is bounded well before that by the consumer's fetch queue and the page stage's intake.
+
+    ``batch_max_wait_s`` is how long a worker with nothing fetched waits for its first record; a
+    batch is then what is fetched with it, so a sparse load gets small, quick transactions and a
+    backlog big ones (docs/decisions/0009-adaptive-cadence.md). It is not a wait for a batch to fill.
     """
 
     app_id: str = "crawl-dedup"

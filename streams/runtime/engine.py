@@ -313,14 +313,27 @@ class Engine:
 
     def _consume(self) -> list[Message]:
         """What the client has fetched already, at once; only when that is nothing, wait up to
-        ``batch_max_wait_s`` for a batch to fill. A call with a timeout returns early only once
-        ``batch_max_messages`` records are in, which large records (pages of 200 KB: a few hundred
-        fill the client's fetch queue) never reach: every batch of pages waited the whole timeout."""
+        ``batch_max_wait_s`` for the first record, then take what else is fetched with it.
+
+        The cadence adapts to the load by itself: under a backlog records pile up in the client's
+        fetch queue while a batch runs and commits, so the next call takes them all (batches of
+        thousands, the commit's cost shared among them); at a sparse load a batch is the one or few
+        records that came, committed at once. A call with a timeout returns early only once its
+        ``limit`` records are in, so waiting for ``batch_max_messages`` (as this did before issue
+        39) held every transaction at a sparse load the whole ``batch_max_wait_s``: a page passes
+        several transactions (route, then the shard processors' hops), and its verdict came 0.6-1.0
+        s after its write at 20 pages/s (p99 1.3 s); waking on the first record makes each hop cost
+        about a commit (bench/results/latency.md; docs/decisions/0009-adaptive-cadence.md).
+
+        With input records held for routing (a preparing stage's, prepared in the last batch) the
+        batch is due now: nothing is waited for."""
         self._flow.resume_if_ready()
         limit = self.settings.batch_max_messages
         messages = self._consumer.consume(limit, timeout=0)
-        if not messages:
-            messages = self._consumer.consume(limit, timeout=self.settings.batch_max_wait_s)
+        if not messages and not self._flow.holding:
+            messages = self._consumer.consume(1, timeout=self.settings.batch_max_wait_s)
+            if messages and limit > 1:
+                messages.extend(self._consumer.consume(limit - 1, timeout=0))
         batch = []
         shard_topics, stores = self._shard_topics, self._shards.stores
         by_topic = self.counters.consumed_by_topic
