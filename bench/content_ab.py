@@ -23,14 +23,13 @@ between runs with no analysis processes (``--processes 0``).
 from __future__ import annotations
 
 import argparse
-import resource
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from bench import ab
 from bench.content_bench import PARTITIONS, corpus_records
 from streams.topics import Topics
 from testing import harness as h
@@ -88,24 +87,13 @@ def main() -> int:
     per_cpu_s: dict[str, list[float]] = {"this": [], "other": []}
     for round_ in range(args.rounds):
         for name in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
-            before = cpu_s()
+            before = ab.cpu_s()
             run = stage_rate(kafka, prefix, len(values), work, f"{name}{round_}", trees[name], args.processes)
             rates[name].append(run["pages_per_s"])
-            per_cpu_s[name].append(round(len(values) / (cpu_s() - before), 1))
-        print(f"round {round_}:", {name: found[-1] for name, found in rates.items()},
-              "pages per CPU second:", {name: found[-1] for name, found in per_cpu_s.items()}, flush=True)
-    best = {name: max(found) for name, found in rates.items()}
-    print(f"best of {args.rounds}: {best}; this / other {best['this'] / best['other']:.3f}")
-    medians = {name: statistics.median(found) for name, found in per_cpu_s.items()}
-    print(f"pages per CPU second, median of {args.rounds}: {medians}; this / other "
-          f"{medians['this'] / medians['other']:.3f}")
+            per_cpu_s[name].append(round(len(values) / (ab.cpu_s() - before), 1))
+        print(ab.round_line(round_, rates, per_cpu_s, "pages"), flush=True)
+    print(ab.report(rates, per_cpu_s, args.rounds, "pages"))
     return 0
-
-
-def cpu_s() -> float:
-    """CPU seconds of this process's finished children (each stage worker is waited for)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ disturbs far less than the wall-clock rate: the ratio of the two medians is prin
 from __future__ import annotations
 
 import argparse
-import resource
-import statistics
 import tempfile
 from pathlib import Path
 
+from bench import ab
 from bench.frontier_gen import frontier
 from bench.url_bench import PARTITIONS, passthrough_rate, stage_rate
 from streams.topics import Topics
@@ -48,27 +47,16 @@ def main() -> int:
     per_cpu_s: dict[str, list[int]] = {"this": [], "other": []}
     for round_ in range(args.rounds):
         for name in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
-            before = cpu_s()
+            before = ab.cpu_s()
             run = stage_rate(kafka, prefix, args.records, work, f"{name}{round_}", tree=trees[name],
                              python=pythons[name])
             rates[name].append(run["urls_per_s"])
-            per_cpu_s[name].append(round(args.records / (cpu_s() - before)))
+            per_cpu_s[name].append(round(args.records / (ab.cpu_s() - before)))
         yardstick = passthrough_rate(kafka, source, args.records, work, hops=1)
         rates["passthrough, 1 hop"].append(yardstick["urls_per_s"])
-        print(f"round {round_}:", {name: found[-1] for name, found in rates.items()},
-              "URLs per CPU second:", {name: found[-1] for name, found in per_cpu_s.items()}, flush=True)
-    best = {name: max(found) for name, found in rates.items()}
-    print(f"best of {args.rounds}: {best}; this / other {best['this'] / best['other']:.3f}")
-    medians = {name: statistics.median(found) for name, found in per_cpu_s.items()}
-    print(f"URLs per CPU second, median of {args.rounds}: {medians}; this / other "
-          f"{medians['this'] / medians['other']:.3f}")
+        print(ab.round_line(round_, rates, per_cpu_s, "URLs"), flush=True)
+    print(ab.report(rates, per_cpu_s, args.rounds, "URLs"))
     return 0
-
-
-def cpu_s() -> float:
-    """CPU seconds of this process's finished children (each stage worker is waited for)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
