@@ -2,11 +2,11 @@
 
 Without a ``logger`` in its configuration, librdkafka writes its log lines straight to stderr
 (``%3|1795695170.588|FAIL|rdkafka#producer-1| ...``), past the worker's log format (text or JSON
-lines, streams/ops/logs.py), and repeats a failing connection's line at every retry: ``crawl-dedup
-lag`` against a cluster that was down printed 604 such lines in the 30 s before its one ``error:``
-line. confluent-kafka hands these lines to a Python logger instead when the configuration names one
-(the ``logger`` property, served from the client's poll/consume calls), as ``logger.log(level,
-"%s [%s] %s", facility, client, message)``. :data:`CLIENT_LOG` is that logger; its
+lines, streams/ops/logs.py), and repeats a failing connection's line at every retry, burying a
+command's one ``error:`` line under hundreds of them while a cluster is down. confluent-kafka
+hands these lines to a Python logger instead when the configuration names one (the ``logger``
+property, served from the client's poll/consume calls), as ``logger.log(level, "%s [%s] %s",
+facility, client, message)``. :data:`CLIENT_LOG` is that logger; its
 :class:`RepeatsDemoted` filter keeps the first line of each kind at its level and lowers the same
 line again within ``repeat_s`` (digits aside: the retry counts and timings change) to DEBUG, so an
 operator sees that a broker is unreachable once, and ``--log-level debug`` still shows every attempt.
