@@ -28,19 +28,7 @@ def test_each_url_once_and_bad_lines_skipped() -> None:
     stage = UrlDedupStage()
     lines = _lines({"url": "http://a.example/x"}, b"{not json", {"url": "http://a.example/x"},
                    {"url": 5}, {"source_url": "http://a.example/"}, {"url": "http://b.example/"})
-
-    class Sink:
-        def __init__(self) -> None:
-            self.data = b""
-
-        def write(self, data: bytes) -> int:
-            self.data += data
-            return len(data)
-
-        def flush(self) -> None:
-            pass
-
-    sink = Sink()
+    sink = _Sink()
     written = run_offline(SPEC.topology(topics, "app"), stage, MemoryStore(), lines,
                           out=sink)  # type: ignore[arg-type]
     out = [orjson.loads(line) for line in sink.data.splitlines()]
