@@ -59,7 +59,9 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     logs.bind(stage=spec.name, worker_id=settings.worker_id)
     if not offline:  # the stage's topics are those of its state's current generation
         from streams.runtime.generations import current_topics
+        from streams.runtime.reach import reach_cluster
 
+        reach_cluster(kafka_config(args.config))
         topics = current_topics(kafka_config(args.config), topics, settings.app_id, spec.name)
     stage = spec.build(spec.load_settings(args), settings)
     topology = spec.topology(topics, settings.app_id)

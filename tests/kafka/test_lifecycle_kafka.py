@@ -1,7 +1,8 @@
 """What an operator sees of a worker at the default log level, and what its probes answer.
 
 1. A URL worker builds its state from 120,000 new URLs; its state directory is wiped and it is
-   started again: its log says, without any flag, start, assignment, recovery progress with percent,
+   started again: its log says, without any flag, where it connects (once: the cluster answers),
+   start, assignment, recovery progress with percent,
    then ready; ``/readyz`` answers 503 while it recovers and 200 after; it stops cleanly.
 2. A metrics port already taken stops a worker at start, naming the port.
 3. A worker whose main loop stalls (a stage that blocks on one record, as a wedged client would)
@@ -69,6 +70,8 @@ def test_a_restarted_worker_tells_its_recovery_and_readiness(kafka: KafkaConfig,
     finally:
         code = worker.stop()
     assert code == 0, worker.log()
+    reach = [line for line in worker.lines if "streams.runtime.reach: " in line]
+    assert len(reach) == 1 and reach[0].endswith(f"connecting to Kafka at {kafka.bootstrap_servers}"), reach
     said = "streams.lifecycle: "
     lines = [line.split(said, 1)[1] for line in worker.lines if said in line]
     events = [line.split(":", 1)[0] for line in lines]
