@@ -9,14 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.pages.decode import (
-    DecodedPage,
-    Skipped,
-    codec_for_label,
-    decode_page,
-    parse_content_type,
-    prescan_charset,
-)
+from streams.pages.charset_labels import codec_for_label, prescan_charset
+from streams.pages.decode import DecodedPage, Skipped, decode_page, parse_content_type
 from testing.charsets import CASES, SAMPLES, Case, encodable, html_page
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
