@@ -25,11 +25,12 @@ from pathlib import Path
 
 from streams import registry
 from streams.pages.analyze import design_for
-from streams.runtime.kafka_io import COMPACTED, KafkaConfig, TopicSpec, ensure_topics, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.runtime.moves import Placed
 from streams.runtime.partitioner import partition_for
 from streams.runtime.reshard import ReshardPlan, reshard
 from streams.runtime.store_spec import StoreSpec
+from streams.runtime.topic_admin import COMPACTED, TopicSpec, ensure_topics
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FetchHistory, encode_history

@@ -24,7 +24,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streams import config, registry
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 from streams.topics import Topics
 from testing.harness import caught_up
 from testing.workers import Feeder, Worker, _signal_name, count

@@ -36,7 +36,8 @@ import orjson
 from streams import config, kafka_local, registry
 from streams.dev import simweb
 from streams.ops.progress import ProgressBoard
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 from streams.topics import Topics
 
 HOSTS = ["news.example", "shop.example", "blog.example", "wiki.example", "forum.example"]

@@ -31,15 +31,9 @@ from streams import config
 from streams.cluster import kafka_config
 from streams.errors import ConfigError
 from streams.ops.warc import DEFAULT_MAX_LINKS, FETCHED_PAGES, FRONTIER, Item, Out, Skip, warc_items
-from streams.runtime.kafka_io import (
-    CLIENT_MAX_MESSAGE_BYTES,
-    RECORD_OVERHEAD,
-    KafkaConfig,
-    TopicSpec,
-    ensure_topics,
-    output_limits,
-)
+from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.replication import for_command
+from streams.runtime.topic_admin import TopicSpec, ensure_topics, output_limits
 from streams.topics import Topics
 
 AUTO: Final = "auto"

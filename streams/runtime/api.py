@@ -31,14 +31,7 @@ from __future__ import annotations
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.context import StageContext
 from streams.runtime.generations import current_topics
-from streams.runtime.kafka_io import (
-    KafkaConfig,
-    TopicSpec,
-    ensure_topics,
-    pending_records,
-    read_from,
-    read_to_end,
-)
+from streams.runtime.kafka_io import KafkaConfig, pending_records, read_from, read_to_end
 from streams.runtime.message import InputPositions, InputReader, Message
 from streams.runtime.moves import KeyedMove, Placed, StateMove
 from streams.runtime.parallel import Pending, ProcessMap
@@ -47,6 +40,7 @@ from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Stage
 from streams.runtime.store import Measured, PartitionStore, RocksStore, disk_errors, private_dir
 from streams.runtime.store_spec import StateIdentity, StoreSpec, rocks_store
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 from streams.runtime.topology import InternalStream, InternalTopic, On, Processors, ShardRecord, Topology
 
 __all__ = [

@@ -107,7 +107,7 @@ class Engine:
                  watch: Watch = NO_WATCH) -> None:
         """``topology``: the stage's topics in this application. ``store_factory``: a shard's store
         (default: the stage's declared store, under ``state_dir``). ``output_limits``: the largest
-        key plus value each topic takes (from :func:`~streams.runtime.kafka_io.output_limits`);
+        key plus value each topic takes (from :func:`~streams.runtime.topic_admin.output_limits`);
         other topics get librdkafka's default. ``clients``: where the Kafka clients come from
         (:mod:`streams.runtime.clients`). ``drain``: route input only up to each partition's cut
         (:mod:`streams.runtime.drain`). ``assignment_check``: called on every assignment before

@@ -22,15 +22,8 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
 from streams.errors import StaleGeneration
-from streams.runtime.kafka_io import (
-    COMPACTED,
-    KafkaConfig,
-    Replication,
-    TopicSpec,
-    ensure_topics,
-    partition_count,
-    read_from,
-)
+from streams.runtime.kafka_io import KafkaConfig, partition_count, read_from
+from streams.runtime.topic_admin import COMPACTED, Replication, TopicSpec, ensure_topics
 from streams.topics import Topics
 
 RECORD_KEY = b"generation"

@@ -27,7 +27,7 @@ class Outputs:
     def __init__(self, counters: Counters, stage_name: str, dead_letter_topic: str,
                  dead_letter_max_value_bytes: int, limits: Mapping[str, int] | None = None) -> None:
         """``limits``: the largest key plus value each topic takes (from
-        :func:`~streams.runtime.kafka_io.output_limits`); other topics get librdkafka's default."""
+        :func:`~streams.runtime.topic_admin.output_limits`); other topics get librdkafka's default."""
         self._counters: Final = counters
         self._stage_name: Final = stage_name
         self.dead_letter_topic: Final = dead_letter_topic

@@ -37,7 +37,8 @@ from confluent_kafka.admin._config import ConfigResource  # re-exported by confl
 
 from streams.config import TopicSettings
 from streams.errors import ConfigError
-from streams.runtime.kafka_io import KafkaConfig, Replication
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.topic_admin import Replication
 
 log = logging.getLogger(__name__)
 

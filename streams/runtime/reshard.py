@@ -39,18 +39,10 @@ from confluent_kafka.admin import AdminClient
 
 from streams.errors import ReshardRefused, RuntimeFailure, StateError
 from streams.runtime.generations import Generation, read_generation, write_generation
-from streams.runtime.kafka_io import (
-    COMPACTED,
-    KafkaConfig,
-    Replication,
-    TopicSpec,
-    ensure_topics,
-    partition_count,
-    pending_records,
-    read_from,
-)
+from streams.runtime.kafka_io import KafkaConfig, partition_count, pending_records, read_from
 from streams.runtime.moves import Placed, StateMove
 from streams.runtime.store_spec import StoreSpec
+from streams.runtime.topic_admin import COMPACTED, Replication, TopicSpec, ensure_topics
 from streams.topics import Topics
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The shard count is checked three times before any record is read, because state partitioned by
 shard cannot be reinterpreted under another count: against the current generation of the stage's
 state (:mod:`streams.runtime.generations`; after a reshard, again on every assignment), against the
-existing shard and changelog topics (:func:`~streams.runtime.kafka_io.ensure_topics`) and against
+existing shard and changelog topics (:func:`~streams.runtime.topic_admin.ensure_topics`) and against
 the ``SHARDS`` file kept beside the worker's local stores (a state directory restored from another
 deployment). Local stores of an earlier generation (the ``GENERATION`` file) are a cache of state
 that moved: they are removed, and the worker rebuilds its shards from the current changelog.
@@ -39,19 +39,12 @@ from streams.runtime.access import ClusterWatch
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
 from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
-from streams.runtime.kafka_io import (
-    COMPACTED,
-    RECORD_OVERHEAD,
-    KafkaConfig,
-    TopicSpec,
-    ensure_topics,
-    output_limits,
-    partition_count,
-)
+from streams.runtime.kafka_io import RECORD_OVERHEAD, KafkaConfig, partition_count
 from streams.runtime.replication import for_stage as replication_for_stage
 from streams.runtime.shards import stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import disk_errors, private_dir
+from streams.runtime.topic_admin import COMPACTED, TopicSpec, ensure_topics, output_limits
 from streams.runtime.topology import Topology
 from streams.topics import Topics
 

@@ -34,7 +34,8 @@ import yaml
 from confluent_kafka import Producer
 
 from streams.dev import simweb
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, produce_all
+from streams.runtime.kafka_io import KafkaConfig, produce_all
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 from streams.topics import Topics
 from testing.cli import PROJECT_ROOT, run_cli
 from testing.dashboard import queries

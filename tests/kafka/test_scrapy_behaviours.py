@@ -25,7 +25,8 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics, read_to_end
+from streams.runtime.kafka_io import KafkaConfig, read_to_end
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 from streams.topics import Topics
 from testing import harness as h
 from testing.behaviour_site import BehaviourSite, Hit, released_when

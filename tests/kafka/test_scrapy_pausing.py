@@ -9,7 +9,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streams.integrations.pausing import Pausing
-from streams.runtime.kafka_io import KafkaConfig, TopicSpec, ensure_topics
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.topic_admin import TopicSpec, ensure_topics
 
 
 def _until(condition: Callable[[], bool], consumers: list[Consumer], timeout_s: float = 30) -> None:

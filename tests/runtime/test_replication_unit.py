@@ -7,8 +7,8 @@ import pytest
 
 from streams.config import TopicSettings
 from streams.errors import ConfigError
-from streams.runtime.kafka_io import Replication
 from streams.runtime.replication import _check, _choose, _Found
+from streams.runtime.topic_admin import Replication
 
 IN, SHARDS = "crawl.frontier", "crawl.app.url-dedup.shards"
 
