@@ -50,6 +50,7 @@ from streams.stages.content_seen import buckets, cores
 from streams.stages.content_seen.decide import Decider
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.move import ContentSeenMove
 from streams.stages.content_seen.probe import Prober
 from streams.stages.content_seen.relay import Relay
@@ -122,14 +123,18 @@ class ContentSeenStage:
 
     def init(self, context: StageContext) -> Processors:
         """The four steps over one page cache; pages analysed a batch ahead, as many as fit in
-        memory; the input's progress relayed to the shards last in each transaction."""
+        memory; the input's progress relayed to the shards last in each transaction; what this
+        worker owns taken on the local path (:mod:`.local`)."""
         topic_index = {topic: number for number, topic in enumerate(context.input_topics)}
         shards = context.internal("shards")
-        relay = Relay(shards, context.owned, topic_index)
-        router = Router(context, self._design, self._intake, self._pages, self.max_record_bytes)
-        prober = Prober(shards, relay, self._rule, self.settings.max_bucket_entries)
-        gatherer = Gatherer(shards, self._pages, topic_index, context.race_matches)
+        ownership = Ownership(context.owned, shards.shards, len(topic_index))
+        relay = Relay(shards, context.owned, ownership, topic_index)
+        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches)
+        prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
+        router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
+                        self.max_record_bytes)
         decider = Decider(context, self._pages, self.max_record_bytes)
+        relay.decide_here = decider.decide_here
         context.prepare_input(self._intake.prepare, self._intake.ready)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
