@@ -52,6 +52,10 @@ def _ready() -> bool:
     return True
 
 
+def _settled() -> None:
+    """Nothing prepared in the background to wait for."""
+
+
 def _no_limits(emits: list[Emit]) -> None:
     """No topic limits to check (the offline driver writes lines, not records)."""
 
@@ -119,11 +123,14 @@ class StageContext:
     def every(self, interval_s: float, callback: Timed) -> None:
         self.services.punctuators.every(interval_s, callback)
 
-    def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready) -> None:
+    def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready,
+                      settle: Callable[[], None] = _settled) -> None:
         """``prepare(records)``: a batch's input records before they are routed; it returns how many,
-        the first ones, to route in the next batch; the others wait until ``ready_for_input()``."""
+        the first ones, to route in the next batch; the others wait until ``ready_for_input()``.
+        ``settle()``: wait until the records prepared last are ready to route (called before the
+        next batch is consumed, :meth:`streams.runtime.inflow.InputFlow.resume_if_ready`)."""
         self.services.prepare, self.services.ready_for_input = prepare, ready_for_input
-        self.services.flow = partial(InputFlow, prepare, ready_for_input)
+        self.services.flow = partial(InputFlow, prepare, ready_for_input, settle=settle)
 
     def on_revoked(self, callback: Callable[[Sequence[int]], None]) -> None:
         self.services.revoked.append(callback)

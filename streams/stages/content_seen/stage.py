@@ -135,7 +135,7 @@ class ContentSeenStage:
                         self.max_record_bytes)
         decider = Decider(context, self._pages, self.max_record_bytes)
         relay.decide_here = decider.decide_here
-        context.prepare_input(self._intake.prepare, self._intake.ready)
+        context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
         return Processors(route=router.route, shards={
