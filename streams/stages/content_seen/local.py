@@ -37,8 +37,9 @@ shard's progress comes after the replies and notices of those probes.
   before (by this worker or another, in transactions committed before this worker's assignment),
   the probes were records in the shard's partition before any record this worker produced since.
   So a shard is *vouched* for this worker once it has processed a mark this worker produced since
-  its assignment: each mark and progress record carries a :class:`Token` (this process, the
-  assignment it was produced in), and the shard keeps the last one of this worker it processed
+  its assignment: each mark and progress record carries this worker's *token* (this process and
+  stage ``init``, the assignment it was produced in, a count of taints, below:
+  :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
   (``meta:local``, state: it commits or aborts with the transaction that processed the record,
   so an aborted transaction vouches for nothing). Until then marks go as records, as before.
 - (3) Giving a progress directly to a gather shard says "every reply and notice of the probes it
@@ -52,9 +53,11 @@ shard's progress comes after the replies and notices of those probes.
 Alone, a notice for a page not waiting at its owned gather shard is late (that page was decided:
 no :class:`PageWaits` can still be on its way), and is counted as such without a record.
 
-A new assignment (:attr:`OwnedShards.generation`), a new process or a new stage ``init`` (a new
-nonce) changes the token, so nothing vouched before counts; the first transaction that routes
-input sends marks again, and the next vouches for them.
+A new assignment (:attr:`OwnedShards.generation`, or other input partitions in the positions
+reported), a new process or a new stage ``init`` (a new nonce) changes the token, so nothing
+vouched before counts; the first transaction that routes input sends marks again, and the next
+vouches for them. A taint changes only the count: direct marks go on (they need the assignment
+alone), direct progress waits for a newer record of this worker at every gather shard.
 """
 
 from __future__ import annotations

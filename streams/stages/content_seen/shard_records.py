@@ -84,7 +84,7 @@ class Probe:
 class Mark:
     """A worker's input positions, by input topic index (sent to every shard it does not claim
     directly), and the token of the worker and assignment that sent it
-    (:class:`streams.stages.content_seen.local.Token`; empty from an earlier version)."""
+    (:attr:`streams.stages.content_seen.local.Ownership.token`; empty from an earlier version)."""
 
     view: RoutingView
     token: bytes = b""

@@ -23,6 +23,14 @@ Last in each transaction (a per-transaction callback, :mod:`.relay`) a worker se
 routing *mark*, and each shard that took one sends every gather shard its *progress*: how a gather
 shard learns that a horizon is covered.
 
+Each of these records only travels to the worker that owns its shard. What a worker owns itself it
+does in the routing transaction instead (:mod:`.local`, which says why the horizon argument still
+holds): a page arrives at an owned gather shard and is probed in owned shards there and then, and
+replies reach an owned gather shard at once; marks go directly to the owned shards that have
+vouched for this worker; and a worker that owns everything gives the progress directly and decides
+each page whose horizon is covered in the same transaction. With one worker no record goes
+through the shard topic once its shards have vouched for it.
+
 This module wires the steps together and declares the store: PlainTable point reads (10 random
 buckets a page), the block design and feature version recorded per shard, so a worker with other
 settings refuses the shard instead of mixing two fingerprint spaces, and the state layout beside
