@@ -17,13 +17,17 @@ does). Everything else goes as records, as above.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
+from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InputPositions, InternalStream, OwnedShards
 from streams.stages.content_seen import gather
 from streams.stages.content_seen.horizon import RoutingView
 from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.shard_records import Drain, Mark, Progress
+
+log = logging.getLogger(__name__)
 
 ROUTING_KEY = b"meta:routing"  # what marks told this shard
 DecideHere = Callable[[BatchState, int, bytes], list[Emit]]  # (gather shard's state, its number, order)
@@ -90,7 +94,11 @@ class Relay:
         for to in range(shards.shards):
             state = self._owned.state(to)
             assert state is not None  # alone: every shard is owned here
-            found, more = gather.ready(state, shards.shards, gather.DECISIONS_PER_RECORD, told)
+            try:
+                found, more = gather.ready(state, shards.shards, gather.DECISIONS_PER_RECORD, told)
+            except RecordRejected as refused:  # a queue entry missing: a progress record's dead letter
+                log.error("gather shard %d: %s", to, refused.detail)
+                continue
             for order in found:
                 emits += decide(state, to, order)
             if more:

@@ -15,11 +15,11 @@ from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters
 from streams.runtime.message import InputPositions, Unreadable
-from streams.runtime.offline import LineMessage
+from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.store import MemoryStore
 from streams.runtime.topology import shard_handlers
 from streams.stages.content_seen.buckets import Match, order_key
-from streams.stages.content_seen.gather import Gatherer
+from streams.stages.content_seen.gather import QUEUE_KEY, Gatherer, Queue
 from streams.stages.content_seen.horizon import RoutingView
 from streams.stages.content_seen.local import LOCAL_KEY, Ownership
 from streams.stages.content_seen.shard_records import Mark, Notice, Progress, Reply
@@ -183,3 +183,16 @@ def test_a_decision_whose_output_a_topic_refuses_is_a_dead_letter_alone() -> Non
                                                         orjson.loads(v)["url"] != refused)
     assert [(each["reason"], each["source_offset"]) for each in letters] == [("output_too_large", large)]
     assert store.get(LOCAL_KEY) is not None  # vouched by its first mark: the rest went the local way
+
+
+def test_a_gather_shard_whose_queue_lost_an_entry_does_not_stop_the_worker(caplog: pytest.LogCaptureFixture,
+                                                                            ) -> None:
+    """Given progress directly, a queue that names an entry its state lacks is logged (as a progress
+    record would be a dead letter), and the callback goes on."""
+    values = _crawl(seed=8, articles=1)
+    store = MemoryStore()
+    driver = OfflineDriver(TOPOLOGY, ContentSeenStage(), store)
+    driver.decide(driver.message(1, values[0]))  # vouches for the one shard, decides the first page
+    store.apply({QUEUE_KEY: Queue(5, 6).encode()}, None)  # entry 5 was never written
+    assert [e for e in driver.decide(driver.message(2, values[1])) if e.topic == TOPICS.page_verdicts] == []
+    assert "queue entry 5 missing" in caplog.text
