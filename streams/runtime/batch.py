@@ -69,15 +69,20 @@ class OwnedShards:
     rebalance runs inside the consumer's poll, never during a transaction). ``first_use`` is called
     with each shard's state when a transaction first reads it (the runtime checks the shard's
     identity there, :class:`streams.runtime.identity.ShardIdentities`).
+
+    ``generation`` counts this worker's assignments and revocations (of its input partitions too):
+    a stage that keeps anything about what it owns (the page stage's :mod:`local path
+    <streams.stages.content_seen.local>`) starts it afresh when the count moves.
     """
 
-    __slots__ = ("_first_use", "_stores", "states")
+    __slots__ = ("_first_use", "_stores", "generation", "states")
 
     def __init__(self, stores: Mapping[int, PartitionStore],
                  first_use: Callable[[int, BatchState], None] | None = None) -> None:
         self._stores = stores
         self._first_use = first_use
         self.states: dict[int, BatchState] = {}
+        self.generation = 0
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._stores

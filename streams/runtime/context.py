@@ -16,7 +16,9 @@ asks it for the services it uses and returns its processors; the stage never lea
 - :meth:`~StageContext.prepare_input`: see each batch's input before routing it, routing as many as
   it has room for (:mod:`streams.runtime.inflow`);
 - :meth:`~StageContext.on_revoked`: told which shards went elsewhere;
-- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``: its own dead letters and counts.
+- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``: its own dead letters and counts;
+- :meth:`~StageContext.check_outputs`: the outputs of a decision taken outside a record's
+  processing (in a per-transaction callback), checked as a record's outputs are.
 
 Every service a stage does not ask for is there anyway, doing nothing (an empty routing memory, no
 callbacks, a flow that routes each batch as it came): the drivers never ask whether a stage uses one.
@@ -43,10 +45,19 @@ from streams.runtime.schedule import EachTransaction, Punctuators, Timed
 from streams.runtime.topology import InternalStream, Topology
 
 FlowFactory = Callable[[Consumer, frozenset[str], Counters], Flow]
+OutputCheck = Callable[[list[Emit]], None]
 
 
 def _ready() -> bool:
     return True
+
+
+def _settled() -> None:
+    """Nothing prepared in the background to wait for."""
+
+
+def _no_limits(emits: list[Emit]) -> None:
+    """No topic limits to check (the offline driver writes lines, not records)."""
 
 
 @dataclass
@@ -65,12 +76,16 @@ class Services:
 class StageContext:
     """The services of one stage in one worker (see the module docstring)."""
 
-    __slots__ = ("_dead_letter_max_value_bytes", "_topology", "decisions", "input_reader", "input_topics",
-                 "owned", "race_matches", "services", "shards")
+    __slots__ = ("_check", "_dead_letter_max_value_bytes", "_topology", "decisions", "input_reader",
+                 "input_topics", "owned", "race_matches", "services", "shards")
 
     def __init__(self, topology: Topology, shards: int, owned: OwnedShards, input_reader: InputReader,
-                 counters: Counters, dead_letter_max_value_bytes: int) -> None:
+                 counters: Counters, dead_letter_max_value_bytes: int,
+                 check_outputs: OutputCheck = _no_limits) -> None:
+        """``check_outputs``: the engine's check of a record's outputs against their topics' limits
+        (:meth:`streams.runtime.outputs.Outputs.check`)."""
         self._topology = topology
+        self._check = check_outputs
         self.shards: Final = shards
         self.owned: Final = owned
         self.input_reader: Final = input_reader
@@ -108,11 +123,14 @@ class StageContext:
     def every(self, interval_s: float, callback: Timed) -> None:
         self.services.punctuators.every(interval_s, callback)
 
-    def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready) -> None:
+    def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready,
+                      settle: Callable[[], None] = _settled) -> None:
         """``prepare(records)``: a batch's input records before they are routed; it returns how many,
-        the first ones, to route in the next batch; the others wait until ``ready_for_input()``."""
+        the first ones, to route in the next batch; the others wait until ``ready_for_input()``.
+        ``settle()``: wait until the records prepared last are ready to route (called before the
+        next batch is consumed, :meth:`streams.runtime.inflow.InputFlow.resume_if_ready`)."""
         self.services.prepare, self.services.ready_for_input = prepare, ready_for_input
-        self.services.flow = partial(InputFlow, prepare, ready_for_input)
+        self.services.flow = partial(InputFlow, prepare, ready_for_input, settle=settle)
 
     def on_revoked(self, callback: Callable[[Sequence[int]], None]) -> None:
         self.services.revoked.append(callback)
@@ -128,3 +146,12 @@ class StageContext:
                                      partition=partition, offset=offset, key=key, value=value,
                                      max_value_bytes=self._dead_letter_max_value_bytes)
         return Emit(self._topology.dead_letters, letter, key)
+
+    def check_outputs(self, emits: list[Emit]) -> None:
+        """Check the outputs of one decision a stage takes outside a record's processing (a
+        per-transaction callback's: the page stage decides pages there when one worker owns every
+        shard), as the engine checks a record's: raises RecordRejected (``output_too_large``) when
+        one exceeds its topic's limit, before any is produced (the stage writes a dead letter
+        instead); else counts the stage's own dead letters among them. What a callback returns is
+        produced unchecked: a record over a topic's limit would fail the transaction, every retry."""
+        self._check(emits)

@@ -151,7 +151,7 @@ class Engine:
         self._commit = Commit(self._producer, self._watchdog, topology.changelog,
                               settings.transaction_timeout_s, self.counters, self.lifecycle)
         context = StageContext(topology, settings.shards, self._owned, self._input_reader, self.counters,
-                               settings.dead_letter_max_value_bytes)
+                               settings.dead_letter_max_value_bytes, self._outputs.check)
         processors = stage.init(context)
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)

@@ -88,9 +88,13 @@ class InputFlow:
     """The input records of a stage that prepares them (``context.prepare_input``), batch to batch."""
 
     def __init__(self, prepare: Prepare, ready_for_input: Callable[[], bool],
-                 consumer: Consumer, inputs: frozenset[str], counters: Counters) -> None:
+                 consumer: Consumer, inputs: frozenset[str], counters: Counters, *,
+                 settle: Callable[[], None] = lambda: None) -> None:
+        """``settle()``: wait until the records prepared last are ready to route (see
+        :meth:`resume_if_ready`)."""
         self._prepare = prepare
         self._ready_for_input = ready_for_input
+        self._settle = settle
         self._consumer = consumer
         self._inputs = inputs
         self._counters = counters  # the worker's: deferred records are counted there
@@ -129,6 +133,14 @@ class InputFlow:
         log.debug("no room for %d input records: %d partitions paused", len(deferred), len(positions))
 
     def resume_if_ready(self) -> None:
+        """Before each consume. With records held for routing, their preparation is finished first:
+        the consumer's fetch queue fills while the stage's children prepare, so what it holds then
+        is taken into this batch and handed to them before the held records are routed and
+        committed. Waiting after the consume instead (in ``prepare``, as before) found the queue
+        just emptied by the last batch, took nothing, and left the children idle while the worker
+        routed and committed. Then the paused partitions resume if the stage has room."""
+        if self._held:
+            self._settle()
         if self._paused and self._ready_for_input():
             self._consumer.resume([TopicPartition(topic, partition) for topic, partition in self._paused])
             self._paused.clear()

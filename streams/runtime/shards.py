@@ -69,6 +69,7 @@ class Shards:
         for partition, store in opened.items():
             self.identities.opened(partition, store)
         self.stores.update(opened)
+        self.owned.generation += 1  # input partitions count too: a stage's routing changed
 
     def _of(self, partitions: Sequence[TopicPartition]) -> set[int]:
         """The shards of an assignment; every shard topic's partition i must come with the others'."""
@@ -86,6 +87,7 @@ class Shards:
     def revoked(self, partitions: Sequence[TopicPartition]) -> None:
         """Close the revoked shards' stores; the stage hears which went elsewhere."""
         shards = sorted({tp.partition for tp in partitions if tp.topic in self.topics})
+        self.owned.generation += 1
         self.identities.revoked(shards)
         for listener in self.listeners:
             listener(shards)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +129,46 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
         url: (v["verdict"], v["kind"]) for url, v in offline.items()}
     if page_cache_mb is not None:
         assert "partitions paused" in (tmp_path / "worker.log").read_text()
+
+
+def test_one_worker_deciding_pages_as_it_routes_them_survives_sigkills(kafka: KafkaConfig, prefix: str,
+                                                                      tmp_path: Path) -> None:
+    """One worker owns every shard: a page written while it runs is probed and decided in the
+    transaction that routes it (streams/stages/content_seen/local.py), no record through the shard
+    topic. SIGKILLs meanwhile (each restart vouches for its shards again first, through the topic):
+    one verdict per page, none lost or doubled, a duplicate only where offline mode finds one (a
+    page may be decided before an earlier copy written within the same instant reaches its horizon),
+    and no cluster without its first member."""
+    topics = Topics(prefix)
+    pages = simweb.crawl(seed=13, articles=40)
+    h.create_topics(kafka, [topics.fetched_pages], INPUT_PARTITIONS)
+    group = f"{prefix}app.content-seen"
+    values = [(page.url.encode(), orjson.dumps(page.record)) for page in pages]
+
+    def write() -> None:  # live input, in fetch order, a few pages at a time
+        for start in range(0, len(values), 4):
+            h.produce(kafka, topics.fetched_pages, values[start:start + 4])
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    report = h.run_with_kills(
+        _worker(kafka, prefix, tmp_path / "state", "w0"),
+        lambda: h.committed_total(kafka, group, topics.fetched_pages, INPUT_PARTITIONS),
+        len(pages), 3, tmp_path / "worker.log", timeout_s=600,
+        done=lambda: len(_verdicts(kafka, topics)) >= len(pages))
+    writer.join()
+    assert (report.kills, report.exits) == (3, 0), report
+    verdicts = _verdicts(kafka, topics)
+    assert sorted(v["url"] for v in verdicts) == sorted(page.url for page in pages)  # once each
+    offline = {v["url"]: v for v in offline_verdicts(kafka, pages, tmp_path / "offline")}
+    for verdict in verdicts:
+        expected = offline[verdict["url"]]["verdict"]
+        assert verdict["verdict"] == expected or (verdict["verdict"], expected) == ("unique", "duplicate")
+    unique = {v["url"] for v in verdicts if v["verdict"] == "unique"}
+    clusters: dict[str, set[str]] = {}
+    for page in pages:
+        clusters.setdefault(page.article, set()).add(page.url)
+    assert all(members & unique for members in clusters.values()), "a cluster lost all its members"
+    shard_records = sum(1 for _ in read_to_end(kafka, topics.internal("app", "content-seen", "shards")))
+    assert shard_records < len(pages), (shard_records, len(pages))  # through the topic: 11 a page, and more

@@ -208,6 +208,24 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
     assert flow.arrange([]) == [batch[0]] and not flow.holding
 
 
+def test_the_held_inputs_are_settled_before_the_next_consume() -> None:
+    """With records held for routing, the stage's preparation of them is waited for before the next
+    batch is consumed (what was fetched meanwhile then goes to it before they are routed), and only
+    then."""
+    settled: list[int] = []
+    stage = RoomyStage(room=9)
+    flow = InputFlow(stage.prepare, stage.ready_for_input, StubConsumer(), frozenset({"in"}),  # type: ignore[arg-type]
+                     Counters(), settle=lambda: settled.append(len(settled)))
+    flow.resume_if_ready()
+    assert settled == []  # nothing held
+    flow.arrange([LineMessage("in", 4, b"{}", None, 0)])  # type: ignore[list-item]
+    flow.resume_if_ready()
+    assert settled == [0]
+    flow.arrange([])
+    flow.resume_if_ready()
+    assert settled == [0]  # routed: nothing held any more
+
+
 def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
     consumer = StubConsumer()
     stage = RoomyStage(room=9)

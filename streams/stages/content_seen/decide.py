@@ -5,20 +5,30 @@ The record is taken from the worker's memory (:class:`~streams.stages.content_se
 or read back from the input topic by its position (:mod:`streams.stages.content_seen.waiting` says
 why the page itself is never state). A unique page whose input record is gone (retention) keeps its
 verdict, and a ``page_unavailable`` dead letter says which page ``unique-pages`` lacks.
+
+A worker alone decides a page in the transaction whose progress covers its horizon
+(:meth:`Decider.decide_here`, the local path: :mod:`streams.stages.content_seen.local`), with no
+decide record; its outputs are checked as a decide record's would be, so a page whose outputs a
+topic refuses becomes a dead letter alone (``output_too_large``, naming its input record) and the
+other pages decided with it keep theirs.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
 from streams import records
+from streams.errors import RecordRejected
 from streams.records import RecordKind
 from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
 from streams.stages.content_seen import gather
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.shard_records import Decide
 from streams.stages.content_seen.waiting import PageCache, Source, source_of
+
+log = logging.getLogger(__name__)
 
 
 def verdict(topic: str, url: str, verdict: str, **fields: Any) -> Emit:
@@ -44,6 +54,26 @@ class Decider:
     def decide(self, record: Decide, message: Message, state: BatchState) -> list[Emit]:
         page = gather.take(state, message.key() or b"")
         return self.verdict(page.head, page.best)
+
+    def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:
+        """The page of ``order``, taken off gather shard ``shard``'s queue, decided now: what a
+        decide record would give, its outputs checked as that record's would be."""
+        try:
+            page = gather.take(state, order)
+        except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
+            log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
+            return []
+        emits = self.verdict(page.head, page.best)
+        context = self._context
+        try:
+            context.check_outputs(emits)
+        except RecordRejected as refused:
+            source = source_of(page.head)
+            letter = context.dead_letter(reason=refused.reason, detail=refused.detail, topic=source.topic,
+                                         partition=source.partition, offset=source.offset)
+            context.check_outputs([letter])  # counted as the engine counts its own
+            return [letter]
+        return emits
 
     def verdict(self, head: dict[str, Any], best: Match | None) -> list[Emit]:
         """The verdict of the page of ``head``, whose best earlier match is ``best``."""

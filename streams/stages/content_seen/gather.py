@@ -27,12 +27,12 @@ from __future__ import annotations
 import logging
 import struct
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from streams.errors import RecordRejected
-from streams.runtime.api import BatchState, Emit, InternalStream, Message, On
+from streams.runtime.api import BatchState, Emit, InternalStream, Message, On, OwnedShards
 from streams.stages.content_seen.buckets import ORDER_BYTES, Match
 from streams.stages.content_seen.horizon import (
     GatherView,
@@ -42,9 +42,11 @@ from streams.stages.content_seen.horizon import (
     decode_horizon,
     encode_horizon,
 )
+from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.shard_records import Decide, Drain, Notice, PageWaits, Progress, Reply
 from streams.stages.content_seen.waiting import (
     PageCache,
+    Source,
     better,
     decode_head,
     decode_progress,
@@ -132,18 +134,22 @@ def notice(state: BatchState, order: bytes, found: Match) -> bool:
     return True
 
 
-def ready(state: BatchState, shard_count: int, limit: int,
-          progress: tuple[int, RoutingView] | None) -> tuple[list[bytes], bool]:
-    """Take a shard's ``progress`` (None: a drain record asking to go on), then take off the front of
-    the queue the pages whose horizons are covered, at most ``limit``: their order keys (each is
-    then decided by a record of its own, :func:`take`); and whether to send a drain record (more
-    may be ready, and none is on its way)."""
+def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tuple[int, RoutingView]],
+          drained: bool = False) -> tuple[list[bytes], bool]:
+    """Take the shards' ``progress`` (each shard's number and view; none when ``drained``: a drain
+    record asking to go on), then take off the front of the queue the pages whose horizons are
+    covered, at most ``limit``: their order keys (each is then decided on its own, :func:`take`:
+    by a record, or at once on the local path); and whether to send a drain record (more may be
+    ready, and none is on its way)."""
     view = GatherView.decode(state.get(GATHER_KEY))
-    if progress is not None:
-        view.merge(*progress)
+    merged = False
+    for shard, routing in progress:
+        view.merge(shard, routing)
+        merged = True
+    if merged:
         state.set(GATHER_KEY, view.encode())
     queue = Queue.decode(state.get(QUEUE_KEY))
-    changed = progress is None and queue.draining
+    changed = drained and queue.draining
     if changed:
         queue.draining = False  # this was the drain record on its way
     found: list[bytes] = []
@@ -187,13 +193,17 @@ def take(state: BatchState, order: bytes) -> Ready:
 
 
 class Gatherer:
-    """The processor of the records a page's gather shard takes but :class:`Decide` (module docstring)."""
+    """The processor of the records a page's gather shard takes but :class:`Decide` (module
+    docstring), and what the local path does at a gather shard owned here
+    (:mod:`streams.stages.content_seen.local`)."""
 
-    def __init__(self, shards: InternalStream, pages: PageCache, topic_index: Mapping[str, int],
-                 races: Counter[str]) -> None:
+    def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership, pages: PageCache,
+                 topic_index: Mapping[str, int], races: Counter[str]) -> None:
         """``topic_index``: each input topic's number among the stage's; ``races``: earlier pages met
         in time, or late (a page decided already), counted."""
         self._shards = shards
+        self._owned = owned
+        self._ownership = ownership
         self._pages = pages
         self._topic_index = topic_index
         self.races = races
@@ -209,36 +219,70 @@ class Gatherer:
         source = source_of(head)
         if record.carried:
             self._pages.put(source, record.carried)
+        self._arrive(state, message.key() or b"", record.head, head["tables"], source)
+        return []
+
+    def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
+        """A page routed here whose gather shard is owned here waits there at once (the local path):
+        before any of its probes, so its replies find it."""
+        self._arrive(state, order, head, tables, source)
+
+    def _arrive(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
         topic = self._topic_index.get(source.topic)
         if topic is None:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
-        arrive(state, message.key() or b"", record.head, head["tables"], (topic, source.partition),
-               source.offset)
-        return []
+        arrive(state, order, head, tables, (topic, source.partition), source.offset)
+
+    def tell(self, order: bytes, told: Reply | Notice) -> list[Emit]:
+        """A reply or notice for the page of ``order``: applied at once when its gather shard is owned
+        here and the page waits there (the local path), else sent as a record, which reaches the
+        gather shard after the page's own record. A record to a gather shard owned here taints this
+        worker's token (:meth:`Ownership.taint`): giving progress there directly waits until it
+        has been processed. A worker alone drops a notice for a page not waiting: it was decided."""
+        shards = self._shards
+        gather = shards.shard_of(order)
+        state = self._owned.state(gather)
+        if state is not None:
+            if state.get(b"w" + order) is not None:
+                if isinstance(told, Reply):
+                    self._replied(state, order, told.best)
+                else:
+                    self.races["in_time" if notice(state, order, told.match) else "late"] += 1
+                return []
+            if isinstance(told, Notice) and self._ownership.alone():
+                self.races["late"] += 1
+                return []
+            self._ownership.taint()
+        return [shards.send(told, order, gather)]
 
     def reply(self, record: Reply, message: Message, state: BatchState) -> list[Emit]:
+        self._replied(state, message.key() or b"", record.best)
+        return []
+
+    def _replied(self, state: BatchState, order: bytes, best: Match | None) -> None:
         """Count a reply; once all are in, the page waits for its horizon only: its record may leave
         memory first."""
-        order = message.key() or b""
-        if reply(state, order, record.best):
+        if reply(state, order, best):
             self._pages.park(source_of(waiting_head(state, order)))
-        return []
 
     def notice(self, record: Notice, message: Message, state: BatchState) -> list[Emit]:
         self.races["in_time" if notice(state, message.key() or b"", record.match) else "late"] += 1
         return []
 
     def progress(self, record: Progress, message: Message, state: BatchState) -> list[Emit]:
-        return self._take(message.partition() or 0, (record.shard, record.view), state)
+        partition = message.partition() or 0
+        self._ownership.vouch(partition, record.token, state)
+        return self._take(partition, [(record.shard, record.view)], False, state)
 
     def drain(self, record: Drain, message: Message, state: BatchState) -> list[Emit]:
-        return self._take(message.partition() or 0, None, state)
+        return self._take(message.partition() or 0, [], True, state)
 
-    def _take(self, shard: int, progress: tuple[int, RoutingView] | None, state: BatchState) -> list[Emit]:
+    def _take(self, shard: int, progress: list[tuple[int, RoutingView]], drained: bool,
+              state: BatchState) -> list[Emit]:
         """Take the front of the queue off as far as its horizons are covered, a decide record for
         each, and ask for more with a drain record past the limit."""
         shards = self._shards
-        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress)
+        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress, drained)
         emits = [shards.send(Decide(), order, shard) for order in found]
         if more:
             emits.append(shards.send(Drain(), b"drain", shard))

@@ -91,6 +91,11 @@ class Intake:
             self._pending_places = set(places)
         return taken
 
+    def settle(self) -> None:
+        """Wait for the children's analyses of the pages taken last (before the engine consumes the
+        next batch: what it fetched meanwhile then goes to the children before these are routed)."""
+        self._collect()
+
     def ready(self) -> bool:
         return self._pages.size_bytes + self._unrouted_bytes <= self._pages.max_bytes // 2
 

@@ -13,7 +13,8 @@ at their gather shards (:mod:`streams.stages.content_seen.gather`).
   old count. Draining (``--drain``, :mod:`streams.runtime.drain`) decides every waiting page before
   the workers exit, so a drained state has none; a state that still has some is refused. The
   gather shards' progress views and queue bounds (``meta:gather``, ``meta:queue``, ``meta:routing``)
-  describe the old shards' progress and start afresh, as on a first start.
+  describe the old shards' progress and start afresh, as on a first start, and so does the token
+  of the worker a shard last vouched for (``meta:local``, :mod:`streams.stages.content_seen.local`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from streams.pages.blocks import BlockDesign
 from streams.runtime.api import Placed, partition_for
 from streams.stages.content_seen.buckets import SLOT_BYTES
 from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
+from streams.stages.content_seen.local import LOCAL_KEY
 from streams.stages.content_seen.relay import ROUTING_KEY
 
 BUCKET, RECORD = b"t", b"s"
 WAITING = (b"p", b"w", b"a", b"q")  # a page's head, its replies, its queue entry
-STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY)
+STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY, LOCAL_KEY)
 
 
 class ContentSeenMove:

@@ -7,6 +7,12 @@ meets (a copy probed before this, its original: :func:`streams.stages.content_se
 and inserts the page; a :class:`Mark` tells the shard how far a worker has routed its input
 (:mod:`streams.stages.content_seen.relay`).
 
+A worker that owns a table key's shard probes it in the transaction that routes the page
+(:meth:`Prober.probe_here`, the local path: :mod:`streams.stages.content_seen.local`), with the same
+code and against the same state as a probe record would be; replies and notices go through
+:meth:`Gatherer.tell <streams.stages.content_seen.gather.Gatherer.tell>`, at once to a gather shard
+owned here where the page waits, else as records.
+
 State keys (one prefix per kind, layout :data:`streams.stages.content_seen.buckets.LAYOUT`): ``t`` +
 table key -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with
 that SimHash (order, digest, URL, sketch).
@@ -17,9 +23,11 @@ from __future__ import annotations
 from typing import Any
 
 from streams.pages.sketch import NearDuplicateRule
-from streams.runtime.api import BatchState, Emit, InternalStream, Message, On
+from streams.runtime.api import BatchState, Emit, Message, On
 from streams.stages.content_seen import buckets
-from streams.stages.content_seen.buckets import Record
+from streams.stages.content_seen.buckets import Page, Record
+from streams.stages.content_seen.gather import Gatherer
+from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.relay import Relay
 from streams.stages.content_seen.shard_records import Mark, Notice, Probe, Reply
 
@@ -27,10 +35,11 @@ from streams.stages.content_seen.shard_records import Mark, Notice, Probe, Reply
 class Prober:
     """The processor of :class:`Probe` and :class:`Mark` records (see the module docstring)."""
 
-    def __init__(self, shards: InternalStream, relay: Relay, rule: NearDuplicateRule,
+    def __init__(self, gatherer: Gatherer, relay: Relay, ownership: Ownership, rule: NearDuplicateRule,
                  max_bucket_entries: int) -> None:
-        self._shards = shards
+        self._gatherer = gatherer
         self._relay = relay
+        self._ownership = ownership
         self._rule = rule
         self._limit = max_bucket_entries
 
@@ -38,10 +47,12 @@ class Prober:
         return [On(Probe, self.probe), On(Mark, self.mark)]
 
     def probe(self, probe: Probe, message: Message, state: BatchState) -> list[Emit]:
+        return self.probe_here(probe.page, message.key() or b"", state)
+
+    def probe_here(self, page: Page, table_key: bytes, state: BatchState) -> list[Emit]:
         """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
         into the bucket (records first, so a full bucket can rank the new slot by its earliest page).
         The reply goes to the page; a notice to each later page met (it was probed first)."""
-        page, table_key = probe.page, message.key() or b""
         found: dict[int, Record] = {}
 
         def read(slot: int) -> Record:
@@ -58,11 +69,14 @@ class Prober:
         slots = buckets.with_slot(bucket, page.simhash, self._limit, read)
         if slots is not None:
             state.set(b"t" + table_key, buckets.encode_bucket(slots))
-        shards = self._shards
-        emits = [shards.send(Reply(met.best), page.order)]
-        emits += [shards.send(Notice(match), later) for later, match in met.later]
+        tell = self._gatherer.tell
+        emits = tell(page.order, Reply(met.best))
+        for later, match in met.later:
+            emits += tell(later, Notice(match))
         return emits
 
     def mark(self, mark: Mark, message: Message, state: BatchState) -> list[Emit]:
-        self._relay.take_mark(message.partition() or 0, mark, state)
+        shard = message.partition() or 0
+        self._ownership.vouch(shard, mark.token, state)
+        self._relay.take_mark(shard, mark.view, state)
         return []

@@ -6,52 +6,103 @@ worker sends every shard a *mark*: how far it has routed its input partitions an
 transaction, sends every gather shard its *progress*: all it has been told, which is what it has
 probed through. Both are produced after the records they vouch for, which is the whole argument of
 :mod:`streams.stages.content_seen.horizon`.
+
+On the local path (:mod:`streams.stages.content_seen.local`, which says why each step keeps that
+argument) a worker merges its marks directly into the owned shards that have vouched for it, and a
+worker alone gives the progress directly to the gather shards and decides, in the same
+transaction, the pages whose horizons it covers (at most ``DECISIONS_PER_RECORD`` a gather shard,
+:mod:`streams.stages.content_seen.gather`, the rest after a drain record, as the records' way
+does). Everything else goes as records, as above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 
+from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InputPositions, InternalStream, OwnedShards
+from streams.stages.content_seen import gather
 from streams.stages.content_seen.horizon import RoutingView
-from streams.stages.content_seen.shard_records import Mark, Progress
+from streams.stages.content_seen.local import Ownership
+from streams.stages.content_seen.shard_records import Drain, Mark, Progress
+
+log = logging.getLogger(__name__)
 
 ROUTING_KEY = b"meta:routing"  # what marks told this shard
+DecideHere = Callable[[BatchState, int, bytes], list[Emit]]  # (gather shard's state, its number, order)
 
 
 class Relay:
     """One worker's marks and its shards' progress."""
 
-    def __init__(self, shards: InternalStream, owned: OwnedShards, topic_index: Mapping[str, int]) -> None:
+    def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership,
+                 topic_index: Mapping[str, int]) -> None:
         """``topic_index``: each input topic's number (its place among the stage's input topics)."""
         self._shards = shards
         self._owned = owned
+        self._ownership = ownership
         self._topic_index = topic_index
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
+        self.decide_here: DecideHere | None = None  # a page decided on the local path (the stage's)
 
-    def take_mark(self, shard: int, mark: Mark, state: BatchState) -> None:
+    def take_mark(self, shard: int, view: RoutingView, state: BatchState) -> None:
         """A worker routed its input this far: kept, and told to the gather shards at the end of
         the transaction, after the replies and notices of the probes it vouches for."""
-        view = RoutingView.decode(state.get(ROUTING_KEY))
-        if view.merge(mark.view):
-            state.set(ROUTING_KEY, view.encode())
+        routing = RoutingView.decode(state.get(ROUTING_KEY))
+        if routing.merge(view):
+            state.set(ROUTING_KEY, routing.encode())
             self._marked.add(shard)
 
     def end_of_part(self, inputs: InputPositions | None) -> list[Emit]:
-        """This worker's marks to every shard (when its positions moved), then the progress of each
-        shard that took a new mark in this transaction to every gather shard."""
-        emits = []
-        shards = self._shards
+        """This worker's marks (when its positions moved): merged directly into the owned shards
+        that vouched for it, sent to the others; then the progress of each shard that took a new
+        mark in this transaction: given directly to the gather shards by a worker alone, with the
+        pages it makes ready decided, else sent to every gather shard."""
+        emits: list[Emit] = []
+        shards, ownership = self._shards, self._ownership
         if inputs is not None:
-            mark = shards.frame(Mark(self.routing_view(inputs)))
-            emits += [Emit(shards.topic, mark, b"mark", shard) for shard in range(shards.shards)]
+            ownership.inputs(inputs)
+            view = self.routing_view(inputs)
+            mark: bytes | None = None
+            for shard in range(shards.shards):
+                state = ownership.claimed(shard)
+                if state is not None:
+                    self.take_mark(shard, view, state)
+                    continue
+                mark = mark or shards.frame(Mark(view, ownership.token))
+                emits.append(Emit(shards.topic, mark, b"mark", shard))
+        if not self._marked:
+            return emits
         states = self._owned.states
-        for shard in sorted(self._marked):
-            state = states.get(shard)
-            if state is not None:
-                told = shards.frame(Progress(shard, RoutingView.decode(state.get(ROUTING_KEY))))
-                emits += [Emit(shards.topic, told, b"progress", to) for to in range(shards.shards)]
+        told = [(shard, RoutingView.decode(states[shard].get(ROUTING_KEY)))
+                for shard in sorted(self._marked) if shard in states]
         self._marked.clear()
+        if ownership.alone() and self.decide_here is not None:
+            return emits + self._gather_here(told, self.decide_here)
+        token = ownership.token
+        for shard, routing in told:
+            progress = shards.frame(Progress(shard, routing, token))
+            emits += [Emit(shards.topic, progress, b"progress", to) for to in range(shards.shards)]
+        return emits
+
+    def _gather_here(self, told: list[tuple[int, RoutingView]], decide: DecideHere) -> list[Emit]:
+        """The progress given to every gather shard (all owned here), and the pages it makes ready
+        decided now, each on its own (:data:`DecideHere`)."""
+        emits: list[Emit] = []
+        shards = self._shards
+        for to in range(shards.shards):
+            state = self._owned.state(to)
+            assert state is not None  # alone: every shard is owned here
+            try:
+                found, more = gather.ready(state, shards.shards, gather.DECISIONS_PER_RECORD, told)
+            except RecordRejected as refused:  # a queue entry missing: a progress record's dead letter
+                log.error("gather shard %d: %s", to, refused.detail)
+                continue
+            for order in found:
+                emits += decide(state, to, order)
+            if more:
+                emits.append(shards.send(Drain(), b"drain", to))
         return emits
 
     def routing_view(self, inputs: InputPositions) -> RoutingView:

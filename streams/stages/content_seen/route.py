@@ -8,6 +8,12 @@ order key: the page's head and where its input record is, plus that record itsel
 worker owns the gather shard) and one :class:`Probe` per block table to the shard owning that table
 key.
 
+The local path (:mod:`streams.stages.content_seen.local`): when this worker owns the gather shard,
+the page arrives there now instead (its input record kept in memory), and each table of a shard
+owned here is probed now, in table order, after the page arrived, so its reply finds it; only
+the rest go as records. A refused output (a page record carrying its input record past the shard
+topic's limit) is refused before any of that touches the state.
+
 A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
 is stored in its SimHash's record in every shard holding one of its table keys (among up to
 ``max_bucket_entries`` pages) and written in verdicts, keys and replies, so its length bounds the
@@ -28,7 +34,9 @@ from streams.runtime.api import Emit, Message, OwnedShards, StageContext
 from streams.stages.content_seen import buckets
 from streams.stages.content_seen.buckets import Page
 from streams.stages.content_seen.decide import verdict
+from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.probe import Prober
 from streams.stages.content_seen.shard_records import PageWaits, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
 from streams.urls.canonical import CanonicalSettings
@@ -51,15 +59,18 @@ class Router:
     """The stage's ``route`` step (see the module docstring)."""
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
-                 max_record_bytes: int) -> None:
+                 gatherer: Gatherer, prober: Prober, max_record_bytes: int) -> None:
         self._design = design
         self._intake = intake
         self._pages = pages
+        self._gatherer = gatherer
+        self._prober = prober
         self._max_record_bytes = max_record_bytes
         self._owned: OwnedShards = context.owned
         self._shards = context.internal("shards")
         self._verdicts = context.output("page-verdicts")
         self._decisions = context.decisions
+        self._check = context.check_outputs
 
     def route(self, message: Message) -> list[Emit]:
         value = message.value() or b""
@@ -75,17 +86,26 @@ class Router:
         table_keys = self._design.keys(analysis.simhash)
         source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
         head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
-        shards = self._shards
+        shards, owned = self._shards, self._owned
         gather = shards.shard_of(order)
-        if gather in self._owned:
-            self._pages.put(source, value)  # decided by this worker: the record waits in its memory
-            waits = PageWaits(head)
-        else:
-            waits = PageWaits(head, value)  # decided by the worker owning the gather shard: it goes along
-        emits = [shards.send(waits, order, gather)]
-        probe = shards.frame(Probe(page))
+        here = owned.state(gather)
+        emits: list[Emit] = []
+        if here is not None:  # decided by this worker: the record waits in its memory
+            self._pages.put(source, value)
+            self._gatherer.arrive_here(here, order, head, len(table_keys), source)
+        else:  # decided by the worker owning the gather shard: the record goes along
+            emits.append(shards.send(PageWaits(head, value), order, gather))
+            self._check(emits)  # refused now, before a probe here writes anything
+        probe: bytes | None = None
         topic = shards.topic
-        emits.extend(Emit(topic, probe, table_key) for table_key in table_keys)
+        for table_key in table_keys:
+            shard = shards.shard_of(table_key)
+            state = owned.state(shard)
+            if state is not None:
+                emits += self._prober.probe_here(page, table_key, state)
+            else:
+                probe = probe or shards.frame(Probe(page))
+                emits.append(Emit(topic, probe, table_key, shard))
         return emits
 
 

@@ -5,13 +5,18 @@ To the shard of a block-table key (the scatter: partition *i* holds the buckets 
 - :class:`Probe`: a page to look up in one block table, and to insert there (the probe step);
 - :class:`Mark`: how far a worker has routed its input (:mod:`streams.stages.content_seen.relay`).
 
+A worker sends none of these to a shard it owns: it probes there in the transaction that routes
+the page (:mod:`streams.stages.content_seen.local`), and, once the shard has processed a mark of its
+own making (the mark's *token*), claims its own marks there directly too.
+
 To the gather shard of a page, by its order key (where the page waits):
 
 - :class:`PageWaits`: a page arrives to wait for its replies (its input record along when the worker
   that routed it does not own the gather shard);
 - :class:`Reply`: the best earlier page one table's probe met (or none);
 - :class:`Notice`: an earlier page, probed later, met this one;
-- :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`);
+- :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`), with
+  its sender's token as a mark has;
 - :class:`Drain`: "go on": the front of the queue was taken off up to the limit;
 - :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
   step).
@@ -40,6 +45,21 @@ from streams.stages.content_seen.waiting import decode_head, decode_match, encod
 
 _PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
 _SHARD = struct.Struct(">H")
+_JSON = ord("{")  # a view written before marks had tokens starts here
+
+
+def _with_token(token: bytes, view: RoutingView) -> bytes:
+    """The token's length (one byte, never ``{``), the token, then the view."""
+    return bytes([len(token)]) + token + view.encode()
+
+
+def _token_and_view(raw: bytes) -> tuple[bytes, RoutingView]:
+    if not raw or raw[0] == _JSON:  # a record of a version before tokens: no token
+        return b"", RoutingView.decode(raw)
+    end = 1 + raw[0]
+    if len(raw) < end:
+        raise ValueError("a mark or progress record cut short in its token")
+    return raw[1:end], RoutingView.decode(raw[end:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +82,20 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """A worker's input positions, by input topic index (sent to every shard)."""
+    """A worker's input positions, by input topic index (sent to every shard it does not claim
+    directly), and the token of the worker and assignment that sent it
+    (:attr:`streams.stages.content_seen.local.Ownership.token`; empty from an earlier version)."""
 
     view: RoutingView
+    token: bytes = b""
 
     def encode(self) -> bytes:
-        return self.view.encode()
+        return _with_token(self.token, self.view)
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
-        return cls(RoutingView.decode(raw))
+        token, view = _token_and_view(raw)
+        return cls(view, token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,17 +151,20 @@ class Notice:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """Shard ``shard`` has probed through what its marks told it (sent to every gather shard)."""
+    """Shard ``shard`` has probed through what its marks told it (sent to every gather shard this
+    worker does not give it directly), and the sender's token, as a :class:`Mark` has."""
 
     shard: int
     view: RoutingView
+    token: bytes = b""
 
     def encode(self) -> bytes:
-        return _SHARD.pack(self.shard) + self.view.encode()
+        return _SHARD.pack(self.shard) + _with_token(self.token, self.view)
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
-        return cls(_SHARD.unpack_from(raw)[0], RoutingView.decode(raw[_SHARD.size:]))
+        token, view = _token_and_view(raw[_SHARD.size:])
+        return cls(_SHARD.unpack_from(raw)[0], view, token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,14 @@ Last in each transaction (a per-transaction callback, :mod:`.relay`) a worker se
 routing *mark*, and each shard that took one sends every gather shard its *progress*: how a gather
 shard learns that a horizon is covered.
 
+Each of these records only travels to the worker that owns its shard. What a worker owns itself it
+does in the routing transaction instead (:mod:`.local`, which says why the horizon argument still
+holds): a page arrives at an owned gather shard and is probed in owned shards there and then, and
+replies reach an owned gather shard at once; marks go directly to the owned shards that have
+vouched for this worker; and a worker that owns everything gives the progress directly and decides
+each page whose horizon is covered in the same transaction. With one worker no record goes
+through the shard topic once its shards have vouched for it.
+
 This module wires the steps together and declares the store: PlainTable point reads (10 random
 buckets a page), the block design and feature version recorded per shard, so a worker with other
 settings refuses the shard instead of mixing two fingerprint spaces, and the state layout beside
@@ -50,6 +58,7 @@ from streams.stages.content_seen import buckets, cores
 from streams.stages.content_seen.decide import Decider
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.move import ContentSeenMove
 from streams.stages.content_seen.probe import Prober
 from streams.stages.content_seen.relay import Relay
@@ -122,15 +131,19 @@ class ContentSeenStage:
 
     def init(self, context: StageContext) -> Processors:
         """The four steps over one page cache; pages analysed a batch ahead, as many as fit in
-        memory; the input's progress relayed to the shards last in each transaction."""
+        memory; the input's progress relayed to the shards last in each transaction; what this
+        worker owns taken on the local path (:mod:`.local`)."""
         topic_index = {topic: number for number, topic in enumerate(context.input_topics)}
         shards = context.internal("shards")
-        relay = Relay(shards, context.owned, topic_index)
-        router = Router(context, self._design, self._intake, self._pages, self.max_record_bytes)
-        prober = Prober(shards, relay, self._rule, self.settings.max_bucket_entries)
-        gatherer = Gatherer(shards, self._pages, topic_index, context.race_matches)
+        ownership = Ownership(context.owned, shards.shards, len(topic_index))
+        relay = Relay(shards, context.owned, ownership, topic_index)
+        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches)
+        prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
+        router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
+                        self.max_record_bytes)
         decider = Decider(context, self._pages, self.max_record_bytes)
-        context.prepare_input(self._intake.prepare, self._intake.ready)
+        relay.decide_here = decider.decide_here
+        context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
         return Processors(route=router.route, shards={

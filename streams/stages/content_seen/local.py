@@ -1,0 +1,165 @@
+"""The local path: what a worker does at once, in the open transaction, instead of through the shard topic.
+
+The shard topic only carries a record to the worker that owns its shard. When that is this worker
+(one worker owns every shard), the trip (encode, produce, commit, fetch back, decode: several
+transactions of hops per page, :mod:`streams.stages.content_seen.stage`) decides nothing a direct
+call could not, as the URL stage found for its URLs (``_decide_at_routing`` in
+:mod:`streams.stages.url_dedup.stage`). So, against the owned shard's state as the open transaction
+sees it (:class:`~streams.runtime.api.OwnedShards`, the state its shard records are processed
+against, so the writes commit or abort with the batch and the same group generation fences them):
+
+1. **Always** (any worker, any mode): a page whose gather shard is owned here *arrives* there in the
+   routing transaction (no :class:`PageWaits` record); a probe of an owned shard runs in the routing
+   transaction, exactly as the probe processor would (:meth:`Prober.probe_here
+   <streams.stages.content_seen.probe.Prober.probe_here>`); a reply or notice to an owned gather
+   shard where its page waits is applied there at once (:meth:`Gatherer.tell
+   <streams.stages.content_seen.gather.Gatherer.tell>`). Each shard still sees one page's probes
+   in table order and the pages in routing order, so its state evolves as through the topic.
+2. **Once vouched**: this worker's routing marks are merged into an owned shard's view directly
+   (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
+3. **Alone**: when this worker owns every shard and every input partition, a shard's progress is
+   given to the gather shards directly and the pages whose horizons it covers are decided in the
+   same transaction (:meth:`Ownership.alone`; :mod:`streams.stages.content_seen.relay`). A page
+   that must still wait stays in its queue and is decided by the transaction whose progress
+   covers it.
+
+Why this keeps the horizon argument (:mod:`streams.stages.content_seen.horizon`). That argument
+needs two orders: at a shard, a mark comes after the probes it vouches for; at a gather shard, a
+shard's progress comes after the replies and notices of those probes.
+
+- (1) alone changes neither: a local probe happens in the transaction whose mark vouches for it,
+  before that mark is produced, let alone processed; a reply or notice applied at once is in the
+  gather shard's state before any progress produced in or after this transaction. (A reply or
+  notice for a page that has not arrived, its :class:`PageWaits` from another worker still in the
+  topic, is sent as a record, after that one.)
+- (2) A direct claim says "this shard has probed every record this worker has routed". True for
+  what this worker routed while it owned the shard (probed locally, by (1)); for what was routed
+  before (by this worker or another, in transactions committed before this worker's assignment),
+  the probes were records in the shard's partition before any record this worker produced since.
+  So a shard is *vouched* for this worker once it has processed a mark this worker produced since
+  its assignment: each mark and progress record carries this worker's *token* (this process and
+  stage ``init``, the assignment it was produced in, a count of taints, below:
+  :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
+  (``meta:local``, state: it commits or aborts with the transaction that processed the record,
+  so an aborted transaction vouches for nothing). Until then marks go as records, as before.
+- (3) Giving a progress directly to a gather shard says "every reply and notice of the probes it
+  counts is in your state". Alone, nobody else routes pages or owns shards; the records produced
+  to the gather shard before this worker's assignment, and any reply or notice this worker sent
+  there as a record (it *taints* the token: counted in it, so the vouching records must be newer
+  than every one), precede the own record that vouched for it; and no record of another worker
+  can follow. Every partition must be vouched with the current token, and the worker must route
+  every input partition (:meth:`Ownership.inputs`). Otherwise progress goes as records, as before.
+
+Alone, a notice for a page not waiting at its owned gather shard is late (that page was decided:
+no :class:`PageWaits` can still be on its way), and is counted as such without a record.
+
+A new assignment (:attr:`OwnedShards.generation`, or other input partitions in the positions
+reported), a new process or a new stage ``init`` (a new nonce) changes the token, so nothing
+vouched before counts; the first transaction that routes input sends marks again, and the next
+vouches for them. A taint changes only the count: direct marks go on (they need the assignment
+alone), direct progress waits for a newer record of this worker at every gather shard.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Final
+
+from streams.runtime.api import BatchState, InputPositions, OwnedShards
+
+LOCAL_KEY: Final = b"meta:local"  # the token of the last of this worker's records processed here
+NONCE_BYTES: Final = 8
+_COUNTS = struct.Struct(">II")  # assignment epoch, taints
+ASSIGNMENT_BYTES: Final = NONCE_BYTES + 4  # what a direct claim needs of a token
+
+
+class Ownership:
+    """What this worker owns, what its own records have vouched for, and its token (module docstring)."""
+
+    def __init__(self, owned: OwnedShards, shard_count: int, input_topics: int) -> None:
+        """``input_topics``: how many input topics the stage reads (a worker alone routes all of them)."""
+        self._owned = owned
+        self._count = shard_count
+        self._input_topics = input_topics
+        self._nonce = os.urandom(NONCE_BYTES)
+        self._generation = owned.generation
+        self._epoch = 0  # assignments seen: the runtime's generation moved, or the inputs routed here
+        self._taints = 0
+        self._inputs: frozenset[tuple[str, int]] | None = None  # the input partitions routed here
+        self._all_inputs = False
+        self._token = self._make_token()
+
+    def _make_token(self) -> bytes:
+        return self._nonce + _COUNTS.pack(self._epoch & 0xFFFFFFFF, self._taints & 0xFFFFFFFF)
+
+    def _sync(self) -> None:
+        """A new assignment: nothing vouched before counts, and which inputs are routed here is unknown."""
+        generation = self._owned.generation
+        if generation != self._generation:
+            self._generation = generation
+            self._new_assignment()
+
+    def _new_assignment(self) -> None:
+        self._epoch += 1
+        self._inputs = None
+        self._all_inputs = False
+        self._token = self._make_token()
+
+    @property
+    def token(self) -> bytes:
+        """Carried by this worker's marks and progress records."""
+        self._sync()
+        return self._token
+
+    def taint(self) -> None:
+        """A reply or notice went to an owned gather shard as a record: what vouched for giving
+        progress directly no longer does, until records newer than it are processed."""
+        self._taints += 1
+        self._token = self._make_token()
+
+    def inputs(self, positions: InputPositions) -> None:
+        """This worker's input positions: whether it routes every input partition. Other input
+        partitions than before are a new assignment too (the runtime's generation says so first;
+        this holds for a driver that moves inputs without it)."""
+        self._sync()
+        places = frozenset(positions.routed)
+        if self._inputs is not None and places != self._inputs:
+            self._new_assignment()
+        self._inputs = places
+        counts = positions.partitions
+        self._all_inputs = len(counts) == self._input_topics and all(
+            (topic, partition) in places for topic, count in counts.items() for partition in range(count))
+
+    def vouch(self, partition: int, token: bytes, state: BatchState) -> None:
+        """A mark or progress record carrying ``token`` was processed at ``partition``: kept when it
+        is this worker's, of its current assignment."""
+        mine = self.token
+        if token[:ASSIGNMENT_BYTES] == mine[:ASSIGNMENT_BYTES] and state.get(LOCAL_KEY) != token:
+            state.set(LOCAL_KEY, token)
+
+    def claimed(self, shard: int) -> BatchState | None:
+        """The state of ``shard`` when this worker may merge its marks there directly (owned, and
+        vouched for since its assignment), else None."""
+        state = self._owned.state(shard)
+        if state is None:
+            return None
+        found = state.get(LOCAL_KEY)
+        vouched = found is not None and found[:ASSIGNMENT_BYTES] == self.token[:ASSIGNMENT_BYTES]
+        return state if vouched else None
+
+    def alone(self) -> bool:
+        """Whether progress may be given to the gather shards directly: this worker owns every shard
+        and routes every input partition, and every shard has processed one of its records carrying
+        its current token."""
+        token = self.token
+        if not self._all_inputs:
+            return False
+        owned = self._owned
+        if any(shard not in owned for shard in range(self._count)):
+            return False
+        for shard in range(self._count):
+            state = owned.state(shard)
+            if state is None or state.get(LOCAL_KEY) != token:
+                return False
+        return True

@@ -1,0 +1,198 @@
+"""The local path (streams/stages/content_seen/local.py): what a worker owning the shards does in the
+routing transaction, and what must vouch for it first."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+
+import orjson
+import pytest
+
+from streams.dev import simweb
+from streams.errors import RecordRejected
+from streams.runtime.batch import Emit, OwnedShards
+from streams.runtime.context import StageContext
+from streams.runtime.counters import Counters
+from streams.runtime.message import InputPositions, Unreadable
+from streams.runtime.offline import LineMessage, OfflineDriver
+from streams.runtime.store import MemoryStore
+from streams.runtime.topology import shard_handlers
+from streams.stages.content_seen.buckets import Match, order_key
+from streams.stages.content_seen.gather import QUEUE_KEY, Gatherer, Queue
+from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.local import LOCAL_KEY, Ownership
+from streams.stages.content_seen.shard_records import Mark, Notice, Progress, Reply
+from streams.stages.content_seen.spec import SPEC
+from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
+from streams.stages.content_seen.waiting import PageCache, Source
+from streams.topics import Topics
+from testing import simcluster
+
+TOPICS = Topics("local.")
+TOPOLOGY = SPEC.topology(TOPICS, "a")
+TOPIC = TOPICS.fetched_pages
+
+
+def _positions(partitions: list[int], count: int) -> InputPositions:
+    routed = {(TOPIC, p): 0 for p in partitions}
+    return InputPositions(routed, routed, {TOPIC: count})
+
+
+def test_marks_and_progress_carry_their_token_and_records_without_one_are_read() -> None:
+    view = RoutingView({0: 2}, {(0, 1): 5}, {(0, 1): 9})
+    assert Mark.decode(Mark(view, b"t" * 16).encode()) == Mark(view, b"t" * 16)
+    assert Progress.decode(Progress(3, view, b"t" * 16).encode()) == Progress(3, view, b"t" * 16)
+    assert Mark.decode(view.encode()) == Mark(view)  # written by a version before tokens
+    assert Progress.decode(b"\x00\x03" + view.encode()) == Progress(3, view)
+    with pytest.raises(ValueError, match="cut short"):
+        Mark.decode(b"\x10short")
+
+
+def test_a_shard_vouches_only_for_a_record_of_this_worker_since_its_assignment() -> None:
+    owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    ownership, other = Ownership(owned, 3, 1), Ownership(OwnedShards({}), 3, 1)
+    owned.begin()
+    state = owned.state(0)
+    assert state is not None and ownership.claimed(0) is None and ownership.claimed(2) is None
+    ownership.vouch(0, other.token, state)  # another worker's (or process's) mark
+    assert ownership.claimed(0) is None
+    ownership.vouch(0, ownership.token, state)
+    assert ownership.claimed(0) is state and ownership.claimed(1) is None
+    ownership.taint()  # progress given directly waits; direct marks need the assignment only
+    assert ownership.claimed(0) is state
+    owned.generation += 1  # a rebalance: what vouched before counts no more
+    assert ownership.claimed(0) is None
+    ownership.vouch(0, ownership.token, state)
+    assert ownership.claimed(0) is state
+
+
+def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -> None:
+    owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    ownership = Ownership(owned, 2, 1)
+    owned.begin()
+
+    def vouch_all() -> None:
+        for shard in (0, 1):
+            state = owned.state(shard)
+            assert state is not None
+            ownership.vouch(shard, ownership.token, state)
+
+    vouch_all()
+    assert not ownership.alone()  # which inputs it routes is not known yet
+    ownership.inputs(_positions([0], 2))
+    assert not ownership.alone()  # another worker routes partition 1
+    ownership.inputs(_positions([0, 1], 2))  # other inputs than before: a new assignment
+    assert not ownership.alone()
+    vouch_all()
+    assert ownership.alone()
+    ownership.taint()  # a reply went to an owned gather shard as a record
+    assert not ownership.alone()
+    vouch_all()
+    assert ownership.alone()
+    assert not Ownership(OwnedShards({0: MemoryStore()}), 2, 1).alone()  # shard 1 is elsewhere
+
+
+def _gatherer(owned: OwnedShards, ownership: Ownership) -> Gatherer:
+    stream = StageContext(TOPOLOGY, 2, owned, Unreadable(), Counters(), 1024).internal("shards")
+    return Gatherer(stream, owned, ownership, PageCache(1 << 20), {TOPIC: 0}, Counter())
+
+
+def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() -> None:
+    owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    ownership = Ownership(owned, 2, 1)
+    gatherer = _gatherer(owned, ownership)
+    owned.begin()
+    order = next(order_key(1, 0, n) for n in range(100) if gatherer._shards.shard_of(order_key(1, 0, n)) == 0)
+    token = ownership.token
+    assert gatherer.tell(order, Reply(None)) != []  # not arrived: its page record is on its way
+    assert ownership.token != token  # a record to an owned gather shard taints the token
+    state = owned.state(0)
+    assert state is not None
+    gatherer.arrive_here(state, order, b'{"url": "https://a.example/", "source": ["t", 0, 0]}', 2,
+                         Source(TOPIC, 0, 0))
+    assert gatherer.tell(order, Reply(None)) == []
+    match = Match(order_key(0, 0, 9), "https://earlier.example/", 1, True, 256)
+    assert gatherer.tell(order, Notice(match)) == [] and gatherer.races["in_time"] == 1
+
+
+def _crawl(seed: int, articles: int) -> list[bytes]:
+    return [orjson.dumps(page.record) for page in simweb.crawl(seed=seed, articles=articles)]
+
+
+def test_one_worker_decides_each_page_in_the_transaction_that_routes_it() -> None:
+    """After one transaction's marks have vouched for the shards, a page written while the worker
+    runs gets its verdict in the transaction that routes it, and nothing goes through the shard topic."""
+    values = _crawl(seed=5, articles=3)
+    cluster = simcluster.Cluster(lambda: ContentSeenStage(ContentSeenSettings(page_cache_mb=1)), TOPOLOGY,
+                                 [[], []], 3, 1, random.Random(3))
+    cluster.produce(0, values[0])
+    for _ in range(4):  # route, then the marks vouch for every shard
+        cluster.step(0, max_records=10)
+    assert len(cluster.verdicts(TOPICS)) == 1
+    sent = sum(len(log) for logs in cluster.shard_logs.values() for log in logs)
+    for number, value in enumerate(values[1:], start=1):
+        cluster.produce(number % 2, value)
+        cluster.step(0, max_records=10)
+        assert len(cluster.verdicts(TOPICS)) == number + 1  # decided in its routing transaction
+    assert sum(len(log) for logs in cluster.shard_logs.values() for log in logs) == sent
+
+
+def test_a_decision_whose_output_a_topic_refuses_is_a_dead_letter_alone() -> None:
+    """Decided on the local path, in a per-transaction callback, each page's outputs are checked as
+    a decide record's are: one refused (a unique page too large for its topic) is replaced by a
+    dead letter naming the page's input record; the other pages keep theirs."""
+    values = _crawl(seed=7, articles=2)
+    large = max(range(len(values)), key=lambda n: len(values[n]))
+
+    def check(emits: list[Emit]) -> None:
+        for emit in emits:
+            if emit.topic == TOPICS.unique_pages and len(emit.value or b"") >= len(values[large]):
+                raise RecordRejected("output_too_large", "over the limit")
+
+    store = MemoryStore()
+    owned = OwnedShards({0: store})
+    context = StageContext(TOPOLOGY, 1, owned, Unreadable(), Counters(), 1 << 20, check)
+    processors = ContentSeenStage().init(context)
+    handlers = shard_handlers(TOPOLOGY, processors)
+    outputs: list[Emit] = []
+    for number, value in enumerate(values):  # a line at a time, as offline (one shard, owned here)
+        owned.begin()
+        end = {(TOPIC, 0): number + 1}
+        positions: InputPositions | None = InputPositions(end, end, {TOPIC: 1})
+        pending = deque(processors.route(LineMessage(TOPIC, number, value)))
+        while True:
+            while pending:
+                emit = pending.popleft()
+                state = owned.state(0)
+                if emit.topic not in handlers or state is None:
+                    outputs.append(emit)
+                    continue
+                record = LineMessage(emit.topic, 0, emit.value or b"", emit.key)
+                pending.extend(handlers[emit.topic](record, state))
+            pending.extend(context.services.punctuators.run(positions))
+            positions = None
+            if not pending:
+                break
+        for state in owned.states.values():
+            store.apply(state.writes, None)
+    verdicts = [orjson.loads(e.value or b"") for e in outputs if e.topic == TOPICS.page_verdicts]
+    letters = [orjson.loads(e.value or b"") for e in outputs if e.topic == TOPICS.dead_letters]
+    refused = orjson.loads(values[large])["url"]
+    assert sorted(v["url"] for v in verdicts) == sorted(orjson.loads(v)["url"] for v in values if
+                                                        orjson.loads(v)["url"] != refused)
+    assert [(each["reason"], each["source_offset"]) for each in letters] == [("output_too_large", large)]
+    assert store.get(LOCAL_KEY) is not None  # vouched by its first mark: the rest went the local way
+
+
+def test_a_gather_shard_whose_queue_lost_an_entry_does_not_stop_the_worker(caplog: pytest.LogCaptureFixture,
+                                                                            ) -> None:
+    """Given progress directly, a queue that names an entry its state lacks is logged (as a progress
+    record would be a dead letter), and the callback goes on."""
+    values = _crawl(seed=8, articles=1)
+    store = MemoryStore()
+    driver = OfflineDriver(TOPOLOGY, ContentSeenStage(), store)
+    driver.decide(driver.message(1, values[0]))  # vouches for the one shard, decides the first page
+    store.apply({QUEUE_KEY: Queue(5, 6).encode()}, None)  # entry 5 was never written
+    assert [e for e in driver.decide(driver.message(2, values[1])) if e.topic == TOPICS.page_verdicts] == []
+    assert "queue entry 5 missing" in caplog.text
