@@ -9,8 +9,8 @@ verdict, and a ``page_unavailable`` dead letter says which page ``unique-pages``
 A worker alone decides a page in the transaction whose progress covers its horizon
 (:meth:`Decider.decide_here`, the local path: :mod:`streams.stages.content_seen.local`), with no
 decide record; its outputs are checked as a decide record's would be, so a page whose outputs a
-topic refuses becomes a dead letter alone (``output_too_large``, naming its input record) and the
-other pages decided with it keep theirs.
+topic refuses becomes a dead letter alone (``output_too_large``, naming and carrying its input
+record) and the other pages decided with it keep theirs.
 """
 
 from __future__ import annotations
@@ -69,8 +69,11 @@ class Decider:
             context.check_outputs(emits)
         except RecordRejected as refused:
             source = source_of(page.head)
+            # The letter carries the page's input record, as a bad record's carries it: read back
+            # (the verdict took it from memory), so a refused page can be replayed from the letter.
             letter = context.dead_letter(reason=refused.reason, detail=refused.detail, topic=source.topic,
-                                         partition=source.partition, offset=source.offset)
+                                         partition=source.partition, offset=source.offset,
+                                         value=self._reader.read(*source))
             context.check_outputs([letter])  # counted as the engine counts its own
             return [letter]
         return emits
