@@ -47,7 +47,10 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
     try:
         wait_until_running(kafka, Topics(prefix))
         settings, env = stage_settings(kafka, prefix)
-        with scrapy_site.SiteServer(site) as server:
+        # A site's latency keeps the crawl going long enough for both processes to join: with verdicts
+        # at about one Kafka hop (decision 0010) an instant site was crawled in 4 s, and a process that
+        # started late on a loaded machine found nothing left.
+        with scrapy_site.SiteServer(site, delay_s=0.5) as server:
             crawlers = [start_scrapy(server.proxy, items[n], tmp_path / f"scrapy{n}.log",
                                      [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env) for n in range(2)]
             for number, crawler in enumerate(crawlers):
