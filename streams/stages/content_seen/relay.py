@@ -37,14 +37,15 @@ class Relay:
     """One worker's marks and its shards' progress."""
 
     def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership,
-                 topic_index: Mapping[str, int]) -> None:
-        """``topic_index``: each input topic's number (its place among the stage's input topics)."""
+                 topic_index: Mapping[str, int], decide_here: DecideHere) -> None:
+        """``topic_index``: each input topic's number (its place among the stage's input topics);
+        ``decide_here``: a page decided on the local path (the stage's decide step)."""
         self._shards = shards
         self._owned = owned
         self._ownership = ownership
         self._topic_index = topic_index
+        self._decide_here = decide_here
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
-        self.decide_here: DecideHere | None = None  # a page decided on the local path (the stage's)
 
     def take_mark(self, shard: int, view: RoutingView, state: BatchState) -> None:
         """A worker routed its input this far: kept, and told to the gather shards at the end of
@@ -78,19 +79,19 @@ class Relay:
         told = [(shard, RoutingView.decode(states[shard].get(ROUTING_KEY)))
                 for shard in sorted(self._marked) if shard in states]
         self._marked.clear()
-        if ownership.alone() and self.decide_here is not None:
-            return emits + self._gather_here(told, self.decide_here)
+        if ownership.alone():
+            return emits + self._gather_here(told)
         token = ownership.token
         for shard, routing in told:
             progress = shards.frame(Progress(shard, routing, token))
             emits += [Emit(shards.topic, progress, b"progress", to) for to in range(shards.shards)]
         return emits
 
-    def _gather_here(self, told: list[tuple[int, RoutingView]], decide: DecideHere) -> list[Emit]:
+    def _gather_here(self, told: list[tuple[int, RoutingView]]) -> list[Emit]:
         """The progress given to every gather shard (all owned here), and the pages it makes ready
         decided now, each on its own (:data:`DecideHere`)."""
         emits: list[Emit] = []
-        shards = self._shards
+        shards, decide = self._shards, self._decide_here
         for to in range(shards.shards):
             state = self._owned.state(to)
             assert state is not None  # alone: every shard is owned here

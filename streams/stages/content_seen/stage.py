@@ -136,13 +136,12 @@ class ContentSeenStage:
         topic_index = {topic: number for number, topic in enumerate(context.input_topics)}
         shards = context.internal("shards")
         ownership = Ownership(context.owned, shards.shards, len(topic_index))
-        relay = Relay(shards, context.owned, ownership, topic_index)
+        decider = Decider(context, self._pages, self.max_record_bytes)
+        relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
         gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
                         self.max_record_bytes)
-        decider = Decider(context, self._pages, self.max_record_bytes)
-        relay.decide_here = decider.decide_here
         context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
