@@ -61,8 +61,9 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
         from streams.runtime.generations import current_topics
         from streams.runtime.reach import reach_cluster
 
-        reach_cluster(kafka_config(args.config))
-        topics = current_topics(kafka_config(args.config), topics, settings.app_id, spec.name)
+        kafka = kafka_config(args.config)
+        reach_cluster(kafka)
+        topics = current_topics(kafka, topics, settings.app_id, spec.name)
     stage = spec.build(spec.load_settings(args), settings)
     topology = spec.topology(topics, settings.app_id)
     if offline:

@@ -28,6 +28,7 @@ import orjson
 from confluent_kafka import KafkaException
 
 from streams.errors import BrokerError, StreamsError
+from streams.runtime.client_log import error_text
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS: Final = ("text", "json")
@@ -112,8 +113,7 @@ def last_words(error: Exception, log_format: str) -> int:
     (its class's ``advice``), status 2; anything else is unexpected: its traceback goes through the
     log (so the JSON format carries it too), status 1."""
     if isinstance(error, KafkaException):
-        reason = error.args[0].str() if error.args and hasattr(error.args[0], "str") else str(error)
-        error = BrokerError(f"Kafka: {reason}")
+        error = BrokerError(f"Kafka: {error_text(error)}")
     if not isinstance(error, StreamsError):
         logging.getLogger("streams").critical(
             "unexpected error (what to do: start the command again; a worker resumes from its last "

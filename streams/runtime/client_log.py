@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Final
+from typing import Any, Final
 
 _DIGITS: Final = re.compile(r"\d+")
 
@@ -45,6 +45,13 @@ class RepeatsDemoted(logging.Filter):
         # debug lines are (a handler at NOTSET would otherwise print it anyway).
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def error_text(error: Exception) -> str:
+    """What a Kafka client's exception says in librdkafka's own words (its ``KafkaError.str()``:
+    ``Failed to get metadata: Local: Broker transport failure``), else the exception's text."""
+    first: Any = error.args[0] if error.args else None
+    return str(first.str()) if hasattr(first, "str") else str(error)
 
 
 CLIENT_LOG: Final = logging.getLogger("streams.kafka.librdkafka")

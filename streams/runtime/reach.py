@@ -21,6 +21,7 @@ from typing import Final
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from streams.runtime.client_log import error_text
 from streams.runtime.kafka_io import KafkaConfig
 
 log: Final = logging.getLogger(__name__)
@@ -46,9 +47,4 @@ def reach_cluster(kafka: KafkaConfig, timeout_s: float = REACH_TIMEOUT_S,
                 raise
             waited_s = time.monotonic() - began
             log.warning("no answer from Kafka at %s after %.0f s (%s); waiting up to %.0f s more",
-                        kafka.bootstrap_servers, waited_s, _reason(error), timeout_s - waited_s)
-
-
-def _reason(error: KafkaException) -> str:
-    first = error.args[0] if error.args else None
-    return first.str() if first is not None and hasattr(first, "str") else str(error)
+                        kafka.bootstrap_servers, waited_s, error_text(error), timeout_s - waited_s)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from streams.runtime.client_log import CLIENT_LOG, RepeatsDemoted
+from streams.runtime.client_log import CLIENT_LOG, RepeatsDemoted, error_text
 from streams.runtime.kafka_io import KafkaConfig
 
 REFUSED = ("127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused "
@@ -58,3 +59,15 @@ def test_every_client_configuration_names_the_logger() -> None:
     kafka = KafkaConfig("127.0.0.1:9092")
     for config in (kafka.producer(), kafka.consumer("group"), kafka.admin()):
         assert config["logger"] is CLIENT_LOG
+
+
+METADATA_FAILED = "Failed to get metadata: Local: Broker transport failure"
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (KafkaException(KafkaError(KafkaError._TRANSPORT, METADATA_FAILED)), METADATA_FAILED),
+    (KafkaException("plain words"), "plain words"),
+    (KafkaException(), ""),
+])
+def test_error_text_is_the_clients_own_words(error: KafkaException, said: str) -> None:
+    assert error_text(error) == said
