@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 
 from streams.integrations.offsets import Offsets
+from streams.integrations.pacing import Measure
 from streams.integrations.verdicts import ABANDONED, Verdicts
 
 
@@ -172,3 +173,24 @@ def test_a_verdict_before_its_page_asks_is_kept_and_a_late_one_times_out_or_is_a
     closing = _answer(verdicts.verdict("http://closing.example/"))
     verdicts.abandon()
     assert (late, closing) == ([None], [ABANDONED]) and not verdicts.waiting
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def inc_value(self, key: str, count: int = 1, start: int = 0) -> None:
+        self.values[key] = self.values.get(key, start) + count
+
+    def set_value(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+
+def test_sub_millisecond_waits_add_up_to_a_total_above_zero() -> None:
+    """Verdicts already there when the callback asks: each wait well under a millisecond."""
+    stats = _Stats()
+    wait = Measure(stats, "verdict_wait")
+    for _ in range(50):
+        wait.add(0.0001)
+    assert stats.values["crawl_dedup/verdict_waits"] == 50
+    assert stats.values["crawl_dedup/verdict_wait_s"] == 0.005
