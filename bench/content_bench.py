@@ -96,7 +96,7 @@ def _kafka_rate(kafka: KafkaConfig, values: list[bytes], work: Path, processes: 
     rate = h.steady_rate(f"content-seen stage (Kafka, 1 worker, {analysis})", command, kafka,
                          topics.group("bench", "content-seen"), topics.fetched_pages, len(values), work,
                          via=registry.spec("content-seen").topology(topics, "bench").shard_topics,
-                         partitions=PARTITIONS, unit="pages")
+                         unit="pages")
     verdicts = Counter(orjson.loads(m.value() or b"{}")["verdict"]
                        for m in read_to_end(kafka, topics.page_verdicts))
     return {**rate, "verdicts": dict(verdicts)}

@@ -17,6 +17,7 @@ import argparse
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.content_bench import _analysis_rate, _kafka_rate, corpus_records
 from streams.stages.content_seen.cores import analysis_processes, this_process_cores
@@ -36,11 +37,14 @@ def main() -> int:
           f"cores: analysis_processes auto = {analysis_processes('auto')}", flush=True)
     rates: dict[str, list[float]] = {"kafka": [], "analysis": []}
     for round_ in range(args.rounds):
+        runs: dict[str, dict[str, Any]] = {}
         for name in (["kafka", "analysis"] if round_ % 2 == 0 else ["analysis", "kafka"]):
-            found = _kafka_rate(kafka, values, work, "auto") if name == "kafka" else _analysis_rate(values)
-            rates[name].append(found["pages_per_s"])
-        print(f"round {round_}: pages/s kafka (default settings) {rates['kafka'][-1]}, analysis only "
-              f"{rates['analysis'][-1]}; ratio {rates['kafka'][-1] / rates['analysis'][-1]:.3f}", flush=True)
+            kafka_run = name == "kafka"
+            runs[name] = _kafka_rate(kafka, values, work, "auto") if kafka_run else _analysis_rate(values)
+            rates[name].append(runs[name]["pages_per_s"])
+        print(f"round {round_}: pages/s kafka (default settings) {rates['kafka'][-1]} (then "
+              f"{runs['kafka']['stop_s']} s to stop), analysis only {rates['analysis'][-1]}; ratio "
+              f"{rates['kafka'][-1] / rates['analysis'][-1]:.3f}", flush=True)
     medians = {name: statistics.median(found) for name, found in rates.items()}
     ratios = [round(a / b, 3) for a, b in zip(rates["kafka"], rates["analysis"], strict=True)]
     ratio = medians["kafka"] / medians["analysis"]

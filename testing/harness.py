@@ -137,6 +137,36 @@ def committed_total(kafka: KafkaConfig, group: str, topic: str, partitions: int)
     return sum(max(tp.offset, 0) for tp in found)
 
 
+class CommittedOffsets:
+    """The group's committed offsets on some topics, asked often: one client for every call (a
+    client made per call costs a connection and a coordinator lookup, 0.1-0.3 s, which a rate
+    measured to the last commit would count as the worker's)."""
+
+    def __init__(self, kafka: KafkaConfig, group: str, topics: Sequence[str]) -> None:
+        self._consumer = Consumer(kafka.consumer(group))  # only reads the group's commits
+        self._topics = topics
+        self._partitions: list[TopicPartition] = []
+
+    def positions(self) -> tuple[int, ...]:
+        """The committed offsets, partition by partition (a worker may create the topics: they are
+        listed at the first call)."""
+        if not self._partitions:
+            found = self._consumer.list_topics(timeout=10).topics
+            self._partitions = [TopicPartition(topic, p) for topic in self._topics
+                                for p in sorted(found[topic].partitions)]
+        return tuple(tp.offset for tp in self._consumer.committed(self._partitions, timeout=10))
+
+    def total(self) -> int:
+        """:func:`committed_total` of the topics."""
+        return sum(max(offset, 0) for offset in self.positions())
+
+    def __enter__(self) -> CommittedOffsets:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._consumer.close()
+
+
 def caught_up(kafka: KafkaConfig, group: str, topic: str, timeout_s: float = 30.0) -> bool:
     """Whether ``group`` committed every partition of ``topic`` past its last committed record.
 
@@ -175,7 +205,8 @@ class KillReport:
     restarts: int = 0
     kill_points: list[int] = field(default_factory=list)
     exits: int = 0  # the worker exited on its own (then restarted, as a supervisor would)
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the first start until the work was done (progress and ``done``)
+    stop_s: float = 0.0  # from SIGTERM until the worker exited: its shutdown, not its work
     first_progress_at: float | None = None  # seconds from the first start to the first commit
     first_progress_records: int = 0
     # After each kill: seconds from the restart to the first progress past the kill point (the
@@ -209,9 +240,14 @@ def _spawn(command: Sequence[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: int, kills: int,
                    log_path: Path, seed: int = 11, done: Callable[[], bool] | None = None,
-                   timeout_s: float = 1800.0) -> KillReport:
+                   timeout_s: float = 1800.0, poll_s: float = 0.2,
+                   settled: Callable[[], object] | None = None) -> KillReport:
     """Run ``command``; SIGKILL it ``kills`` times at random progress points, restarting each time;
-    then let it run until ``progress() >= total`` (and ``done()``), and stop it with SIGTERM."""
+    then let it run until ``progress() >= total`` (and ``done()``), and stop it with SIGTERM.
+    ``report.seconds`` ends when the work was done, not when the harness saw it (``done`` reads
+    topics, about a second): at the first look that found every input record committed and
+    ``settled()`` (what the worker commits beyond its input: its shard topics' offsets, cheap to
+    ask) at the value it keeps until ``done()`` holds."""
     rng = random.Random(seed)
     targets = sorted(rng.sample(range(1, max(total, kills + 1)), kills))
     report = KillReport(kill_points=[])
@@ -236,7 +272,17 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
         report.restarts += 1
         report.kill_points.append(progress())
         _wait_for_resume(process, progress, total, report, deadline, log_path)
-    while progress() < total or (done is not None and not done()):
+    # The end: the first look that found every input record committed and, with ``settled``, the
+    # first that found its value as it stays (shard records decided after the input's last commit).
+    finished: float | None = None
+    seen: object = None
+    while True:
+        if progress() >= total:
+            now = settled() if settled else None
+            if finished is None or now != seen:
+                finished, seen = time.monotonic(), now
+            if (done is None or done()) and (settled is None or settled() == seen):
+                break
         if time.monotonic() > deadline:
             process.kill()
             raise TimeoutError(f"worker did not finish in time; see {log_path}")
@@ -244,13 +290,16 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
             report.exits += 1
             process = _spawn(command, log_path)
             report.restarts += 1
-        time.sleep(0.2)
+        time.sleep(poll_s)
+    assert finished is not None  # set before the loop could end
+    report.seconds = finished - began
+    stopping = time.monotonic()
     process.send_signal(signal.SIGTERM)
     try:
         process.wait(30)
     except subprocess.TimeoutExpired:
         process.kill()
-    report.seconds = time.monotonic() - began
+    report.stop_s = time.monotonic() - stopping
     return report
 
 
@@ -270,18 +319,19 @@ def _wait_for_resume(process: subprocess.Popen[bytes], progress: Callable[[], in
 
 
 def steady_rate(name: str, command: list[str], kafka: KafkaConfig, group: str, source: str, total: int,
-                work: Path, via: Sequence[str] = (), partitions: int = 8,
-                unit: str = "urls") -> dict[str, Any]:
-    """Run ``command`` to the end of ``source`` (and of the topics ``via``); records/s after its first
-    commit."""
-    progress = lambda: committed_total(kafka, group, source, partitions)  # noqa: E731
+                work: Path, via: Sequence[str] = (), unit: str = "urls") -> dict[str, Any]:
+    """Run ``command`` to the end of ``source`` (and of the topics ``via``); records/s from its first
+    commit until the last record is done (the worker's shutdown after that is ``stop_s``, not work)."""
     done = (lambda: all(caught_up(kafka, group, topic) for topic in via)) if via else None
-    report = run_with_kills(command, progress, total, kills=0, log_path=work / f"{name}.log", done=done)
+    with CommittedOffsets(kafka, group, [source]) as inputs, CommittedOffsets(kafka, group, via) as shards:
+        report = run_with_kills(command, inputs.total, total, kills=0, log_path=work / f"{name}.log",
+                                done=done, poll_s=0.05, settled=shards.positions if via else None)
     steady_s = report.seconds - (report.first_progress_at or 0.0)
     steady = total - report.first_progress_records
     if steady <= 0:  # a run shorter than one progress poll: fall back to the whole run
         steady, steady_s = total, report.seconds
     return {"name": name, "records": total, "seconds": round(report.seconds, 1),
+            "stop_s": round(report.stop_s, 1),
             f"{unit}_per_s": round(steady / steady_s) if steady_s > 0 else None}
 
 
