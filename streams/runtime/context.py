@@ -38,7 +38,7 @@ from streams import records
 from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.counters import Counters
-from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare
+from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare, settled
 from streams.runtime.message import InputReader
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.schedule import EachTransaction, Punctuators, Timed
@@ -50,10 +50,6 @@ OutputCheck = Callable[[list[Emit]], None]
 
 def _ready() -> bool:
     return True
-
-
-def _settled() -> None:
-    """Nothing prepared in the background to wait for."""
 
 
 def _no_limits(emits: list[Emit]) -> None:
@@ -124,7 +120,7 @@ class StageContext:
         self.services.punctuators.every(interval_s, callback)
 
     def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready,
-                      settle: Callable[[], None] = _settled) -> None:
+                      settle: Callable[[], None] = settled) -> None:
         """``prepare(records)``: a batch's input records before they are routed; it returns how many,
         the first ones, to route in the next batch; the others wait until ``ready_for_input()``.
         ``settle()``: wait until the records prepared last are ready to route (called before the

@@ -46,6 +46,10 @@ def first_offsets(messages: Iterable[Message]) -> dict[Partition, int]:
 Prepare = Callable[[Sequence[StageMessage]], int]
 
 
+def settled() -> None:
+    """The default ``settle``: nothing is prepared in the background, so nothing to wait for."""
+
+
 class Flow(Protocol):
     """How a batch's input records reach the stage's ``route`` step."""
 
@@ -89,7 +93,7 @@ class InputFlow:
 
     def __init__(self, prepare: Prepare, ready_for_input: Callable[[], bool],
                  consumer: Consumer, inputs: frozenset[str], counters: Counters, *,
-                 settle: Callable[[], None] = lambda: None) -> None:
+                 settle: Callable[[], None] = settled) -> None:
         """``settle()``: wait until the records prepared last are ready to route (see
         :meth:`resume_if_ready`)."""
         self._prepare = prepare
