@@ -59,8 +59,13 @@ class Cluster:
     """Topics, committed offsets, shard stores and workers (module docstring)."""
 
     def __init__(self, make_stage: StageFactory, topology: Topology, inputs: Sequence[Sequence[bytes]],
-                 shards: int, workers: int, rng: random.Random) -> None:
+                 shards: int, workers: int, rng: random.Random,
+                 check_outputs: Callable[[list[Emit]], None] = lambda emits: None) -> None:
+        """``check_outputs``: the topics' size limits as a stage's context applies them (none by
+        default: it raises RecordRejected for a record over its topic's limit); what the processors
+        return is delivered unchecked here, where the engine would check it once more."""
         self._make = make_stage
+        self._check_outputs = check_outputs
         self.topology = topology
         self.rng = rng
         self.topic = topology.input_topics[0]
@@ -107,7 +112,8 @@ class Cluster:
         for shard, store in owned.items():
             identities.opened(shard, store)
         worker.owned = OwnedShards(owned, identities.first_use)
-        worker.context = StageContext(self.topology, self.shards, worker.owned, self, Counters(), 512 * 1024)
+        worker.context = StageContext(self.topology, self.shards, worker.owned, self, Counters(), 512 * 1024,
+                                      self._check_outputs)
         processors = worker.stage.init(worker.context)
         worker.route, worker.handlers = processors.route, shard_handlers(self.topology, processors)
 

@@ -207,10 +207,9 @@ def test_an_output_over_its_topic_limit_is_a_dead_letter_not_a_poison_pill(
     through the stage's own topics (created larger) but not out: the record becomes a dead letter
     ``output_too_large`` and the worker goes on (it used to fail the batch and exit, again and again).
     The URL worker owns every shard here, so it decides the URL at routing and the letter names the
-    frontier record. The page worker owns every shard too: once its shards vouched for it (decision
-    0010, the local path) it decides the page in the transaction whose progress covers it and the
-    letter names and carries the page's input record; a page decided before that, by a decide
-    record, has its letter name the shard topic. Which one depends on how the first batches fall."""
+    frontier record. The page worker decides the page on the local path (decision 0010) or, before
+    its shards vouched for it, by a decide record: either way the letter names and carries the
+    page's input record, so the page can be replayed from it."""
     topics = Topics(prefix)
     _create(kafka, {topics.frontier: INPUT_CONFIG, topics.fetched_pages: INPUT_CONFIG,
                     topics.new_urls: {}, topics.unique_pages: {}})
@@ -232,11 +231,9 @@ def test_an_output_over_its_topic_limit_is_a_dead_letter_not_a_poison_pill(
     assert all(d["reason"] == "output_too_large" and "limit" in d["detail"] for d in letters)
     assert by_stage[URL_STAGE]["source_topic"] == topics.frontier
     page = by_stage[PAGE_STAGE]
-    if page["source_topic"] == topics.fetched_pages:  # the local path: the page's own record, carried
-        assert page["value_size"] == len(pages[1]) and page["value_truncated"]
-        assert pages[1].startswith(base64.b64decode(page["value_base64"]))
-    else:
-        assert page["source_topic"] == topics.shards("a", PAGE_STAGE), page
+    assert page["source_topic"] == topics.fetched_pages, page
+    assert page["value_size"] == len(pages[1]) and page["value_truncated"]
+    assert pages[1].startswith(base64.b64decode(page["value_base64"]))
     assert sorted(r["url"] for r in _records(kafka, topics.new_urls)) == [
         "http://small.example/1", "http://small.example/2"]
     assert sorted(r["url"] for r in _records(kafka, topics.page_verdicts)) == [

@@ -8,9 +8,9 @@ verdict, and a ``page_unavailable`` dead letter says which page ``unique-pages``
 
 A worker alone decides a page in the transaction whose progress covers its horizon
 (:meth:`Decider.decide_here`, the local path: :mod:`streams.stages.content_seen.local`), with no
-decide record; its outputs are checked as a decide record's would be, so a page whose outputs a
-topic refuses becomes a dead letter alone (``output_too_large``, naming and carrying its input
-record) and the other pages decided with it keep theirs.
+decide record. Either way a page whose outputs a topic refuses becomes a dead letter alone
+(``output_too_large``) that names and carries its input record, so it can be replayed from the
+letter, and the other pages decided with it keep theirs.
 """
 
 from __future__ import annotations
@@ -52,29 +52,42 @@ class Decider:
         self.decisions: Counter[str] = context.decisions
 
     def decide(self, record: Decide, message: Message, state: BatchState) -> list[Emit]:
+        """A decide record's page. The engine checks and counts what a processor returns, but its
+        letter for a refused output would name and carry the decide record, from which the page
+        cannot be replayed: so the page's own outputs are checked here first."""
         page = gather.take(state, message.key() or b"")
-        return self.verdict(page.head, page.best)
+        return self._outputs_or_letter(page.head, page.best, callback=False)
 
     def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:
         """The page of ``order``, taken off gather shard ``shard``'s queue, decided now: what a
-        decide record would give, its outputs checked as that record's would be."""
+        decide record would give, its outputs checked as that record's would be (what a
+        per-transaction callback returns is produced unchecked)."""
         try:
             page = gather.take(state, order)
         except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
             log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
             return []
-        emits = self.verdict(page.head, page.best)
+        return self._outputs_or_letter(page.head, page.best, callback=True)
+
+    def _outputs_or_letter(self, head: dict[str, Any], best: Match | None, callback: bool) -> list[Emit]:
+        """The page's outputs; when a topic refuses one (``output_too_large``), a dead letter that
+        names and carries the page's input record instead, as a bad record's letter carries it:
+        read back (the verdict took it from memory), so the page can be replayed from the letter.
+        ``callback``: decided in a per-transaction callback, whose outputs nobody checks after this
+        (every one is checked and counted here); else a processor's, which the engine checks and
+        counts again (only the page's verdict and unique page are checked here)."""
+        emits = self.verdict(head, best)
         context = self._context
         try:
-            context.check_outputs(emits)
+            context.check_outputs(emits if callback else
+                                  [emit for emit in emits if emit.topic in (self._verdicts, self._unique)])
         except RecordRejected as refused:
-            source = source_of(page.head)
-            # The letter carries the page's input record, as a bad record's carries it: read back
-            # (the verdict took it from memory), so a refused page can be replayed from the letter.
+            source = source_of(head)
             letter = context.dead_letter(reason=refused.reason, detail=refused.detail, topic=source.topic,
                                          partition=source.partition, offset=source.offset,
                                          value=self._reader.read(*source))
-            context.check_outputs([letter])  # counted as the engine counts its own
+            if callback:
+                context.check_outputs([letter])  # counted as the engine counts its own
             return [letter]
         return emits
 

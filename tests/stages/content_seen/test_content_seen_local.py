@@ -3,6 +3,7 @@ routing transaction, and what must vouch for it first."""
 
 from __future__ import annotations
 
+import base64
 import random
 from collections import Counter, deque
 
@@ -183,6 +184,34 @@ def test_a_decision_whose_output_a_topic_refuses_is_a_dead_letter_alone() -> Non
                                                         orjson.loads(v)["url"] != refused)
     assert [(each["reason"], each["source_offset"]) for each in letters] == [("output_too_large", large)]
     assert store.get(LOCAL_KEY) is not None  # vouched by its first mark: the rest went the local way
+
+
+def test_a_page_whose_decide_record_s_output_is_refused_has_a_letter_carrying_the_page() -> None:
+    """Two workers, so no worker is alone and every page is decided by a decide record, through the
+    shard processors: a page whose unique-page record its topic refuses gets a dead letter that
+    names and carries the page's input record (not the decide record, from which it could not be
+    replayed), and its decision stands."""
+    values = _crawl(seed=7, articles=2)
+
+    def refuse_unique_pages(emits: list[Emit]) -> None:
+        if any(emit.topic == TOPICS.unique_pages for emit in emits):
+            raise RecordRejected("output_too_large", "over the limit")
+
+    rng = random.Random(11)
+    inputs: list[list[bytes]] = [[], []]
+    for value in values:
+        inputs[rng.randrange(2)].append(value)
+    cluster = simcluster.Cluster(ContentSeenStage, TOPOLOGY, inputs, 3, 2, rng, refuse_unique_pages)
+    simcluster.run(cluster, max_records=3)
+    letters = [orjson.loads(e.value or b"") for e in cluster.outputs if e.topic == TOPICS.dead_letters]
+    verdicts = cluster.verdicts(TOPICS)
+    assert letters and not any(e.topic == TOPICS.unique_pages for e in cluster.outputs)
+    assert len(letters) + len(verdicts) == len(values)  # the unique pages' verdicts went with them
+    for letter in letters:
+        assert (letter["reason"], letter["source_topic"]) == ("output_too_large", TOPIC)
+        page = inputs[letter["source_partition"]][letter["source_offset"]]
+        assert base64.b64decode(letter["value_base64"]) == page
+    assert {v["verdict"] for v in verdicts} == {"duplicate"}
 
 
 def test_a_gather_shard_whose_queue_lost_an_entry_does_not_stop_the_worker(caplog: pytest.LogCaptureFixture,
