@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from testing import harness as h
 
@@ -86,3 +87,21 @@ def test_shard_commits_after_the_input_move_the_end_to_the_last_of_them(tmp_path
     ended = began + report.seconds
     assert ended <= looks[-1]  # not charged the last slow look
     assert changes == 1 or ended >= looks[-2]  # but charged the shard work seen after the input
+
+
+def test_a_look_at_the_shard_offsets_that_fails_moves_the_end_past_it(tmp_path: Path) -> None:
+    """Offsets asked while a transaction commits may come back as an error: the end is not taken
+    from before it (the commit may have been shard work), and the run goes on."""
+    answers: Iterator[object] = iter(["first", KafkaException(), "stays"])
+
+    def settled() -> object:
+        answer = next(answers, "stays")
+        if isinstance(answer, KafkaException):
+            raise answer
+        return answer
+
+    looks: list[float] = []
+    began = time.monotonic()
+    report = _run(tmp_path, _script([10]), _slow_done(looks, true_from=2), settled)
+    assert len(looks) == 3  # the failed look could not confirm the end: looked again once it stayed
+    assert looks[1] <= began + report.seconds <= looks[2]
