@@ -74,11 +74,9 @@ def test_shard_commits_after_the_input_move_the_end_to_the_last_of_them(tmp_path
     """Shard records decided after the input's last commit are work: the run ends at the first
     look that found the shard topics' offsets as they stay, however slow ``done`` is."""
     positions = iter(range(changes))
-    shard_offsets: list[int] = [0]
 
     def settled() -> object:
-        shard_offsets[0] = next(positions, shard_offsets[0])
-        return shard_offsets[0]
+        return next(positions, changes - 1)  # moved at each look until the last, then stays
 
     looks: list[float] = []
     began = time.monotonic()
