@@ -53,14 +53,14 @@ lint: venv
 	$(PY) tools/import_rules.py streams
 	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
-unit: venv
+unit: venv prometheus
 	$(PY) -m pytest -m "not kafka" -q
 
 # The unit tests again on the sources uncompiled, as a CRAWL_DEDUP_PURE_PYTHON=1 build runs them: the
 # tracked files are copied to a temporary directory without the extensions, and pytest puts that
 # copy's streams package first on the path (pyproject.toml: pythonpath). Its empty manifest of
 # compiled modules keeps the editable install's finder from supplying this tree's.
-unit-pure: venv
+unit-pure: venv prometheus
 	@set -e; copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
 	git ls-files -z | xargs -0 cp -P --parents -t "$$copy"; \
 	printf 'SOURCES: dict[str, str] = {}\n' > "$$copy/streams/_compiled.py"; \
