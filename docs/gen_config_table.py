@@ -137,6 +137,17 @@ MEANINGS = {
     ("runtime", "recovery_log_interval_s"):
         "seconds between two progress lines of a shard being rebuilt from its changelog (records "
         "replayed of those to replay, percent, rate, time left)",
+    ("runtime", "standby_replicas"):
+        "other workers that keep each shard's state warm from its changelog, so a lost worker's "
+        "shards are taken over with only their tail to replay; each costs a copy of the state and "
+        "applying its changelog (docs/operations.md, Standby replicas)",
+    ("runtime", "session_timeout_s"):
+        "how long the group waits for a silent worker before its shards go to others "
+        "(`session.timeout.ms`; brokers refuse less than their `group.min.session.timeout.ms`, 6 s "
+        "by default)",
+    ("runtime", "heartbeat_interval_s"):
+        "how often a worker's Kafka client tells the group it is alive (`heartbeat.interval.ms`, at "
+        "most a third of the session); also how soon a worker hears of a rebalance",
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 
 class KafkaClients(Protocol):
@@ -21,6 +22,8 @@ class KafkaClients(Protocol):
     def consumer(self, config: dict[str, Any]) -> Consumer: ...
 
     def producer(self, config: dict[str, Any]) -> Producer: ...
+
+    def admin(self, config: dict[str, Any]) -> AdminClient: ...
 
 
 class ConfluentClients:
@@ -32,11 +35,14 @@ class ConfluentClients:
     def producer(self, config: dict[str, Any]) -> Producer:
         return Producer(config)
 
+    def admin(self, config: dict[str, Any]) -> AdminClient:
+        return AdminClient(config)
+
 
 CONFLUENT: Final[KafkaClients] = ConfluentClients()
 
 
-def worker_consumer(worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
+def worker_consumer(worker_id: str, session_timeout_ms: int, heartbeat_interval_ms: int) -> dict[str, Any]:
     """What a stage worker's consumer sets beyond :meth:`~streams.runtime.kafka_io.KafkaConfig.consumer`."""
     return {
         "fetch.max.bytes": 64 * 1024 * 1024,
@@ -48,6 +54,7 @@ def worker_consumer(worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
         # instead of waiting for the killed member's session to expire.
         "group.instance.id": worker_id,
         "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": min(heartbeat_interval_ms, session_timeout_ms // 3),
         # Partition i of every internal topic belongs to shard i: the range assignor gives one
         # member the same partitions of topics of one partition count (streams/runtime/shards.py).
         "partition.assignment.strategy": "range",

@@ -55,6 +55,7 @@ from streams.runtime.shards import Shards, StoreFactory, stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 from streams.runtime.topology import Topology, shard_handlers
+from streams.runtime.warmth import warmth_for
 from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
@@ -123,9 +124,10 @@ class Engine:
         self.counters = Counters()
         self.lifecycle = Lifecycle(topology.stage, topology.shard_topics, settings.recovery_log_interval_s)
         self._declared = declared = stage.store()
-        self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity,
-                              store_factory or self._rocks_store, kafka, clients, self.counters,
-                              self.lifecycle)
+        open_store = store_factory or self._rocks_store
+        self._warmth = warmth_for(kafka, clients, topology.group, topology.changelog, settings, open_store)
+        self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity, open_store,
+                              kafka, clients, self.counters, self.lifecycle, self._warmth.standbys)
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
@@ -138,9 +140,11 @@ class Engine:
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
-        session_ms = DRAIN_SESSION_TIMEOUT_MS if drain else 30_000
-        self._consumer = clients.consumer(kafka.consumer(
-            topology.group, **worker_consumer(settings.worker_id, session_ms), **watch.client_config()))
+        session_ms = int(1000 * settings.session_timeout_s)
+        session_ms = min(session_ms, DRAIN_SESSION_TIMEOUT_MS) if drain else session_ms
+        heartbeat_ms = int(1000 * settings.heartbeat_interval_s)
+        self._consumer = clients.consumer(kafka.consumer(topology.group, **worker_consumer(
+            settings.worker_id, session_ms, heartbeat_ms), **watch.client_config()))
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
@@ -185,7 +189,7 @@ class Engine:
         self._watchdog.start()
         self._commit.init_transactions()
         observer.started(self)
-        self._subscribe()
+        self._join()
         try:
             while not self._stopping:
                 done = self.step()
@@ -209,6 +213,12 @@ class Engine:
         caller that drives the engine :meth:`step` by :meth:`step` (the state-machine tests)."""
         self._watchdog.start()
         self._commit.init_transactions()
+        self._join()
+
+    def _join(self) -> None:
+        """Warm the shards this worker will own (:mod:`streams.runtime.warmth`), then subscribe."""
+        self.lifecycle.warming()
+        self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)
         self._subscribe()
 
     def _subscribe(self) -> None:
@@ -225,10 +235,14 @@ class Engine:
         self.lifecycle.turned()
         self._watch.check()
         batch = self._consume()
+        owned = frozenset(self._shards.stores)
         if batch or self._flow.holding:
+            began = time.perf_counter()
             self._run_batch(batch)
             self._last_activity = time.monotonic()
+            self._warmth.tick(owned, time.perf_counter() - began)
             return "batch"
+        self._warmth.tick(owned, None)
         if self._punctuate_idle():
             return "report"
         return "idle"
@@ -269,6 +283,7 @@ class Engine:
         self._cut.assigned(partitions)
         owned = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self.lifecycle.assigned_now(owned)
+        self._warmth.gained([(tp.topic, tp.partition) for tp in partitions])
         self._shards.assigned(partitions)
         self._positions.assigned(partitions)
         self.assignment = owned
@@ -330,8 +345,9 @@ class Engine:
         self._flow.resume_if_ready()
         limit = self.settings.batch_max_messages
         messages = self._consumer.consume(limit, timeout=0)
-        if not messages and not self._flow.holding:
-            messages = self._consumer.consume(1, timeout=self.settings.batch_max_wait_s)
+        if not messages and not self._flow.holding:  # no wait while a standby has work to do
+            wait_s = 0.0 if self._warmth.behind else self.settings.batch_max_wait_s
+            messages = self._consumer.consume(1, timeout=wait_s)
             if messages and limit > 1:
                 messages.extend(self._consumer.consume(limit - 1, timeout=0))
         batch = []

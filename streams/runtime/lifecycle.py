@@ -90,7 +90,7 @@ class Lifecycle:
         self.stage = stage
         self.shard_topics = frozenset(shard_topics)  # partition i of each is shard i
         self.recovery_log_interval_s = recovery_log_interval_s
-        self.phase = "starting"  # starting, joining, recovering, running, stopping, stopped
+        self.phase = "starting"  # starting, warming, joining, recovering, running, stopping, stopped
         self.began = time.monotonic()
         self.last_turn = self.began  # time.monotonic() of the main loop's last sign of life
         self.last_commit_time = time.time()  # wall clock: a gauge, compared with Prometheus's time()
@@ -111,6 +111,11 @@ class Lifecycle:
         """The start line; ``facts``: version, build, worker id, app id, shards, brokers..."""
         text = ", ".join(f"{name} {value}" for name, value in facts.items())
         log.info("start: %s: %s", self.stage, text, extra={"fields": {"event": "start", **facts}})
+
+    def warming(self) -> None:
+        """Catching up on the shards it will own, before joining the group (:mod:`streams.runtime.warmth`)."""
+        self.phase = "warming"
+        self.last_turn = time.monotonic()
 
     def joining(self) -> None:
         self.phase = "joining"

@@ -63,8 +63,8 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
     return None if start >= high else start
 
 
-class _Pending:
-    """Writes read from one changelog partition, not yet applied."""
+class Replay:
+    """Writes read from one changelog partition, not yet applied (recovery's and a standby's)."""
 
     def __init__(self, store: PartitionStore, start: int, end: int) -> None:
         self.store = store
@@ -111,14 +111,14 @@ def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str
     return result
 
 
-def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str) -> dict[int, _Pending]:
-    pending: dict[int, _Pending] = {}
+def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str) -> dict[int, Replay]:
+    pending: dict[int, Replay] = {}
     assignment = []
     for partition, store in stores.items():
         low, high = _watermarks(consumer, TopicPartition(topic, partition))
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
-            pending[partition] = _Pending(store, offset, high)
+            pending[partition] = Replay(store, offset, high)
             assignment.append(TopicPartition(topic, partition, offset))
     if assignment:
         consumer.assign(assignment)
@@ -148,7 +148,7 @@ def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float 
             time.sleep(0.5)
 
 
-def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadline: float,
+def _replay(consumer: Consumer, pending: dict[int, Replay], topic: str, deadline: float,
             watcher: RecoveryWatcher | None) -> None:
     open_partitions = set(pending)
     while open_partitions:

@@ -1,4 +1,4 @@
-"""The shards one worker owns: their stores opened and recovered on assignment, closed on revocation.
+"""The shards one worker owns: their stores opened and recovered on assignment, parked on revocation.
 
 A shard is partition *i* of every internal topic of a stage (they are co-partitioned) and store *i*,
 backed by changelog partition *i*. When the group assigns a worker partitions, :meth:`Shards.assigned`
@@ -7,7 +7,10 @@ partitions of topics with one partition count; another assignor, or internal top
 counts, would have two workers write one changelog partition), opens the new shards' stores (the
 stage's declared store, :mod:`streams.runtime.store_spec`), brings them up to date from their
 changelog partitions (:mod:`streams.runtime.recovery`) and checks what they were built with
-(:mod:`streams.runtime.identity`). Revocation closes them and tells the stage.
+(:mod:`streams.runtime.identity`). A store this worker keeps as a standby is taken over open, and only
+the changelog's tail is replayed (:mod:`streams.runtime.standby`); before that, the owner the shard
+was taken from is fenced if it is gone (:mod:`streams.runtime.takeover`). Revocation tells the stage
+and parks the stores with the standbys, open, until the new assignment says which come back.
 """
 
 from __future__ import annotations
@@ -27,12 +30,17 @@ from streams.runtime.identity import ShardIdentities
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.recovery import recover
+from streams.runtime.standby import Standbys
 from streams.runtime.store import PartitionStore, close_all
 from streams.runtime.store_spec import StateIdentity
 
 log = logging.getLogger(__name__)
 
 StoreFactory = Callable[[int], PartitionStore]
+
+
+def _no_takeover(shards: Sequence[int]) -> None:
+    """Nothing to do before recovering newly assigned shards."""
 
 
 def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
@@ -45,7 +53,8 @@ class Shards:
 
     def __init__(self, shard_topics: Iterable[str], changelog: str, identity: StateIdentity,
                  open_store: StoreFactory, kafka: KafkaConfig, clients: KafkaClients,
-                 counters: Counters, lifecycle: Lifecycle) -> None:
+                 counters: Counters, lifecycle: Lifecycle, standbys: Standbys,
+                 takeover: Callable[[Sequence[int]], None] = _no_takeover) -> None:
         self.topics = frozenset(shard_topics)
         self._changelog = changelog
         self._open = open_store
@@ -53,15 +62,20 @@ class Shards:
         self._clients = clients
         self._counters = counters
         self._lifecycle = lifecycle
+        self._standbys = standbys
+        self._takeover = takeover
         self.stores: dict[int, PartitionStore] = {}
         self.identities = ShardIdentities(identity)
         self.owned = OwnedShards(self.stores, self.identities.first_use)
         self.listeners: list[Callable[[Sequence[int]], None]] = []  # told of shards revoked
 
     def assigned(self, partitions: Sequence[TopicPartition]) -> None:
-        """Open, recover and check the stores of the shards newly assigned."""
+        """Open (or take from the standbys) the stores of the shards newly assigned, let the takeover
+        fence their lost owners, bring the stores up to date and check them."""
         shards = sorted(self._of(partitions))
-        opened = {shard: self._open(shard) for shard in shards if shard not in self.stores}
+        new = [shard for shard in shards if shard not in self.stores]
+        opened = {shard: self._standbys.take(shard) or self._open(shard) for shard in new}
+        self._takeover(new)
         result = recover(self._kafka, opened, self._changelog, clients=self._clients,
                          watcher=self._lifecycle)
         self._lifecycle.recovered(result.total, result.seconds)
@@ -85,7 +99,8 @@ class Shards:
         return shards
 
     def revoked(self, partitions: Sequence[TopicPartition]) -> None:
-        """Close the revoked shards' stores; the stage hears which went elsewhere."""
+        """Hand the revoked shards' stores to the standbys (kept open: most come back at once); the
+        stage hears which went elsewhere."""
         shards = sorted({tp.partition for tp in partitions if tp.topic in self.topics})
         self.owned.generation += 1
         self.identities.revoked(shards)
@@ -94,9 +109,13 @@ class Shards:
         for shard in shards:
             store = self.stores.pop(shard, None)
             if store is not None:
-                store.close()
+                self._standbys.park(shard, store)
 
     def close(self) -> None:
+        """Close the owned stores and the standbys' (each flushes its memtable)."""
         stores = list(self.stores.values())
         self.stores.clear()
-        close_all(stores)
+        try:
+            self._standbys.close()
+        finally:
+            close_all(stores)
