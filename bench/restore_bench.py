@@ -10,9 +10,10 @@ committed everything. Then, alternating, ``--rounds`` times each:
 - **plain consumer**: one read_committed consumer assigned every changelog partition from the
   beginning, taking batches of 10,000 and touching each record's key and value, until every
   partition's end: what a client of this machine reads the changelog at;
-- **restore**: the worker's own restore (:func:`streams.runtime.recovery.recover`) into the stage's
-  stores (its declared kind, the settings' defaults) in a new directory, until every shard has
-  reached its changelog's end.
+- **restore**: the worker's own restore of an empty state directory into the stage's stores (its
+  declared kind, the settings' defaults): the shards rebuilt in ``[runtime] restore_processes``
+  processes (:mod:`streams.runtime.restore`), then opened and their tails replayed, until every
+  shard has reached its changelog's end.
 
 Reported: records/s and seconds per GB of keys and values, each round and the best; the ratio of
 the bests. Writes ``bench/results/restore.json`` and ``.md``; exits non-zero when the restore's
@@ -39,6 +40,7 @@ from bench.content_bench import corpus_records
 from streams import config, registry
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.recovery import recover
+from streams.runtime.restore import ShardOpener, processes_for, restore_cold, tune_garbage_collector
 from streams.runtime.store import close_all
 from streams.topics import Topics
 from testing import harness as h
@@ -91,21 +93,24 @@ def plain_read(kafka: KafkaConfig, changelog: str) -> dict[str, float]:
 
 
 def restore(kafka: KafkaConfig, stage: str, changelog: str, directory: Path) -> dict[str, float]:
-    """The worker's restore, into the stage's declared stores in ``directory``."""
+    """The worker's restore of an empty state directory (:mod:`streams.runtime.restore`, then the
+    tail in the worker), into the stage's declared stores in ``directory``, the settings' defaults."""
     spec = registry.spec(stage)
     settings_type = spec.settings_type()
     settings = config.load(settings_type, spec.settings_section or stage) if settings_type else None
     runtime = config.load(config.RuntimeSettings, "runtime")
-    declared = spec.build(settings, runtime).store()
+    opener = ShardOpener(spec.build(settings, runtime).store().open, directory, SHARDS,
+                         runtime.rocksdb_block_cache_mb, runtime.rocksdb_memtable_mb)
     began = time.perf_counter()
-    stores = {shard: declared.open(directory / f"shard-{shard:04d}", SHARDS, runtime.rocksdb_block_cache_mb,
-                                   runtime.rocksdb_memtable_mb) for shard in range(SHARDS)}
+    cold = restore_cold(kafka, opener, range(SHARDS), changelog, processes_for(runtime.restore_processes))
+    stores = {shard: opener(shard) for shard in range(SHARDS)}
     try:
-        result = recover(kafka, stores, changelog)
+        tail = recover(kafka, stores, changelog)
         seconds = time.perf_counter() - began
     finally:
         close_all(stores.values())
-    return {"records": result.total, "seconds": seconds}
+    return {"records": cold.total + tail.total, "seconds": seconds,
+            "processes": len({shard for shard in cold.records}) and processes_for(runtime.restore_processes)}
 
 
 def _rates(found: dict[str, float], size: float) -> dict[str, float]:
@@ -124,16 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--changelog", help="an existing changelog of the stage to read (skips building one)")
     args = parser.parse_args(argv)
+    tune_garbage_collector()  # as a worker does before its first assignment
     kafka, work = h.broker(), Path(tempfile.mkdtemp(prefix="restore-"))
     if args.stage == "url-dedup":
         values, source = _url_values(args.urls), "frontier"
     else:
         values, source = corpus_records(args.pages, args.corpus)[0], "fetched-pages"
-    built = time.monotonic()
-    topics, app_id = build_changelog(kafka, args.stage, values, source, work)
-    changelog = topics.changelog(app_id, args.stage)
-    print(f"changelog {changelog} built in {time.monotonic() - built:.1f} s", file=sys.stderr)
+    changelog = args.changelog
+    if changelog is None:
+        built = time.monotonic()
+        topics, app_id = build_changelog(kafka, args.stage, values, source, work)
+        changelog = topics.changelog(app_id, args.stage)
+        print(f"changelog {changelog} built in {time.monotonic() - built:.1f} s", file=sys.stderr)
     rounds: list[dict[str, Any]] = []
     size = 0.0
     for number in range(args.rounds):

@@ -63,6 +63,10 @@ class RuntimeSettings:
     the worker's loop does, so only a stopped process misses them. A broker refuses a session
     shorter than its ``group.min.session.timeout.ms`` (6 s by default). A restarted worker that
     returns within the session takes its shards back without a rebalance (static membership).
+
+    ``restore_processes``: shards with no local state are rebuilt from their changelogs in this
+    many processes at once (``auto``: one per usable core; 0 or 1: in the worker), when there is
+    enough to replay (:mod:`streams.runtime.restore`).
     """
 
     app_id: str = "crawl-dedup"
@@ -81,6 +85,7 @@ class RuntimeSettings:
     standby_replicas: int = 0
     session_timeout_s: float = 6.0
     heartbeat_interval_s: float = 1.0
+    restore_processes: int | Literal["auto"] = "auto"
 
 
 @dataclass(frozen=True)

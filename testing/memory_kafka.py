@@ -26,6 +26,7 @@ from typing import Any
 
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 
+from streams.runtime.describe import AdminDescriber
 from streams.runtime.partitioner import partition_for
 from streams.runtime.placement import range_owners
 
@@ -195,8 +196,8 @@ class MemoryKafka:
     def producer(self, config: dict[str, Any]) -> MemoryProducer:
         return MemoryProducer(self, config)
 
-    def admin(self, config: dict[str, Any]) -> MemoryAdmin:
-        return MemoryAdmin(self)
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> AdminDescriber:
+        return AdminDescriber(MemoryAdmin(self), group, timeout_s)
 
     def describe(self, group: str) -> SimpleNamespace:
         """The group as ``DescribeConsumerGroups`` answers: its live subscribed members and their
@@ -329,6 +330,7 @@ class MemoryConsumer:
         self.group: str = config["group.id"]
         self.instance: str = config.get("group.instance.id", "solo")
         self.eof: bool = bool(config.get("enable.partition.eof", False))
+        self.committed_only = config.get("isolation.level", "read_committed") == "read_committed"
         self.subscription: list[str] = []
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.positions: dict[tuple[str, int], int] = {}
@@ -403,6 +405,10 @@ class MemoryConsumer:
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0,
                               cached: bool = False) -> tuple[int, int]:
+        """The partition's end as librdkafka reports it: the last stable offset to a read_committed
+        consumer (ListOffsets honours the isolation level), the high watermark otherwise."""
+        if self.committed_only:
+            return 0, self.broker.stable_end(tp.topic, tp.partition)
         return 0, len(self.broker.logs[tp.topic][tp.partition])
 
     def list_topics(self, topic: str, timeout: float = 0) -> _Topics:

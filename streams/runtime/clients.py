@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+
+from streams.runtime.describe import Describer, ProcessDescriber
 
 
 class KafkaClients(Protocol):
@@ -23,7 +24,9 @@ class KafkaClients(Protocol):
 
     def producer(self, config: dict[str, Any]) -> Producer: ...
 
-    def admin(self, config: dict[str, Any]) -> AdminClient: ...
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> Describer:
+        """What asks the group's coordinator for its members (an admin client's configuration)."""
+        ...
 
 
 class ConfluentClients:
@@ -35,8 +38,8 @@ class ConfluentClients:
     def producer(self, config: dict[str, Any]) -> Producer:
         return Producer(config)
 
-    def admin(self, config: dict[str, Any]) -> AdminClient:
-        return AdminClient(config)
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> Describer:
+        return ProcessDescriber(config, group, timeout_s)
 
 
 CONFLUENT: Final[KafkaClients] = ConfluentClients()

@@ -35,6 +35,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Final, Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -51,8 +52,10 @@ from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.outputs import Outputs
+from streams.runtime.restore import ShardOpener, processes_for, restore_cold
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
 from streams.runtime.stage import Stage
+from streams.runtime.standby import Standbys
 from streams.runtime.store import PartitionStore
 from streams.runtime.topology import Topology, shard_handlers
 from streams.runtime.warmth import warmth_for
@@ -123,11 +126,19 @@ class Engine:
         self.changelog_topic = topology.changelog
         self.counters = Counters()
         self.lifecycle = Lifecycle(topology.stage, topology.shard_topics, settings.recovery_log_interval_s)
-        self._declared = declared = stage.store()
-        open_store = store_factory or self._rocks_store
-        self._warmth = warmth_for(kafka, clients, topology.group, topology.changelog, settings, open_store)
+        declared = stage.store()
+        opener = None if store_factory else ShardOpener(
+            declared.open, stage_dir(settings, topology.stage), settings.shards,
+            settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
+        open_store = store_factory or opener
+        assert open_store is not None
+        restore = partial(restore_cold, kafka, opener, topic=topology.changelog,
+                          processes=processes_for(settings.restore_processes), watcher=self.lifecycle)
+        standbys = Standbys(topology.changelog, open_store, kafka, clients, settings.standby_replicas)
         self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity, open_store,
-                              kafka, clients, self.counters, self.lifecycle, self._warmth.standbys)
+                              kafka, clients, self.counters, self.lifecycle, standbys, restore)
+        self._warmth = warmth_for(kafka, clients, topology.group, topology.shard_topics, settings, standbys,
+                                  self._shards.bring_up, self.lifecycle.standby)
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
@@ -168,11 +179,6 @@ class Engine:
         self._flow = services.flow(self._consumer, self._inputs, self.counters)
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    def _rocks_store(self, partition: int) -> PartitionStore:
-        path = stage_dir(self.settings, self.topology.stage) / f"shard-{partition:04d}"
-        return self._declared.open(path, self.settings.shards, self.settings.rocksdb_block_cache_mb,
-                                   self.settings.rocksdb_memtable_mb)
 
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
@@ -267,6 +273,7 @@ class Engine:
     def close(self) -> None:
         """Leave the group, close the clients and the stores."""
         self._watchdog.request_stop()  # a close that wedges exits; it never restarts the worker
+        self._warmth.close()
         try:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
                 self._consumer.close()

@@ -23,16 +23,14 @@ goes on without a view: no standbys are placed, a join is not warmed, a takeover
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-from confluent_kafka import ConsumerGroupState, KafkaException
+from streams.runtime.describe import Answer, Describer
 
 log: Final = logging.getLogger(__name__)
 
@@ -48,80 +46,68 @@ class Membership:
 
 class GroupView:
     """The latest :class:`Membership` of one group: asked for every ``interval_s`` without waiting
-    (:meth:`poll`, from the engine's loop: the request runs in librdkafka's thread), or now
-    (:meth:`refresh`)."""
+    (:meth:`poll`, from the engine's loop), or now (:meth:`refresh`), through a :class:`Describer`
+    (in a process of its own: :mod:`streams.runtime.describe`)."""
 
-    def __init__(self, admin: Any, group: str, me: str, interval_s: float, timeout_s: float) -> None:
-        self._admin = admin
+    def __init__(self, describer: Describer, group: str, me: str, interval_s: float,
+                 timeout_s: float) -> None:
+        self._describer = describer
         self._group = group
         self._me = me
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self.latest: Membership | None = None
         self.owners_before: dict[tuple[str, int], str] = {}
-        self._pending: Future[Any] | None = None
         self._asked_at = -math.inf
         self._warned = False
 
     def poll(self) -> None:
         """Take the answer to the last question if it came; ask again once ``interval_s`` passed."""
-        if self._pending is not None:
-            if not self._pending.done():
-                return
-            answer, self._pending = self._pending, None
-            self._take(answer)
+        if self._describer.wait(0):
+            self._take()
         elif time.monotonic() - self._asked_at >= self._interval_s:
-            self._pending = self._ask()
+            self._asked_at = time.monotonic()
+            self._describer.ask()
 
     def refresh(self) -> Membership | None:
         """Ask now and wait for the answer (at an assignment, before joining)."""
-        self._pending = None
-        answer = self._ask()
-        if answer is not None:
-            with contextlib.suppress(Exception):  # _take says what went wrong
-                answer.result(timeout=self._timeout_s + 1)
-        return self._take(answer)
-
-    def _ask(self) -> Future[Any] | None:
         self._asked_at = time.monotonic()
-        try:
-            return self._admin.describe_consumer_groups(  # type: ignore[no-any-return]
-                [self._group], request_timeout=self._timeout_s)[self._group]
-        except (KafkaException, ValueError) as error:
-            self._unknown(error)
+        self._describer.ask()
+        if not self._describer.wait(self._timeout_s + 1):
+            self._unknown("no answer")
             return None
+        return self._take()
 
-    def _take(self, answer: Future[Any] | None) -> Membership | None:
-        if answer is None or not answer.done():
-            self._unknown(TimeoutError("no answer"))
+    def _take(self) -> Membership | None:
+        answer = self._describer.take()
+        if answer is None:
+            self._unknown("the coordinator did not answer")
             return None
-        try:
-            found = membership(answer.result())
-        except Exception as error:  # noqa: BLE001 - a view is an optimisation: never stop the worker for it
-            self._unknown(error)
-            return None
+        found = membership(answer)
         if found.stable:
             others = {part: owner for part, owner in found.owners.items() if owner != self._me}
             self.owners_before = {**self.owners_before, **others}
         self.latest = found
         return found
 
-    def _unknown(self, error: BaseException) -> None:
-        log.debug("describing group %s: %s", self._group, error)
+    def _unknown(self, why: str) -> None:
+        log.debug("describing group %s: %s", self._group, why)
         if not self._warned:
             self._warned = True
             log.warning("cannot describe the consumer group %s (%s): standbys are not placed, a join is "
-                        "not warmed and a lost worker's open transaction is left to time out; grant "
-                        "DESCRIBE on the group", self._group, error)
+                        "not warmed and a lost worker's open transaction is left to time out until it "
+                        "answers (grant DESCRIBE on the group)", self._group, why)
+
+    def close(self) -> None:
+        self._describer.close()
 
 
-def membership(found: Any) -> Membership:
-    """A ``ConsumerGroupDescription`` as a :class:`Membership`."""
+def membership(answer: Answer) -> Membership:
+    """A :mod:`describe <streams.runtime.describe>` answer as a :class:`Membership`."""
     members: set[str] = set()
     owners: dict[tuple[str, int], str] = {}
-    for member in found.members:
-        name = member.group_instance_id or member.member_id
+    for name, assigned in answer["members"]:
         members.add(name)
-        for tp in member.assignment.topic_partitions:
-            owners[(tp.topic, tp.partition)] = name
-    return Membership(frozenset(members), owners, found.state == ConsumerGroupState.STABLE)
+        for topic, partition in assigned:
+            owners[(topic, partition)] = name
+    return Membership(frozenset(members), owners, bool(answer["stable"]))

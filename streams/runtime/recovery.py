@@ -115,7 +115,7 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     pending: dict[int, Replay] = {}
     assignment = []
     for partition, store in stores.items():
-        low, high = _watermarks(consumer, TopicPartition(topic, partition))
+        low, high = watermarks(consumer, TopicPartition(topic, partition))
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
             pending[partition] = Replay(store, offset, high)
@@ -125,7 +125,7 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     return pending
 
 
-def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
     """The changelog partition's offsets, retried through transient broker states.
 
     Right after a restart or a leader move the broker answers ``NOT_LEADER_FOR_PARTITION`` or

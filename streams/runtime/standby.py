@@ -56,7 +56,7 @@ class Standbys:
     def __init__(self, changelog: str, open_store: Callable[[int], PartitionStore], kafka: KafkaConfig,
                  clients: KafkaClients, replicas: int) -> None:
         self.replicas = replicas
-        self._changelog = changelog
+        self.changelog = changelog
         self._open = open_store
         self._kafka = kafka
         self._clients = clients
@@ -65,6 +65,7 @@ class Standbys:
         self._parked: dict[int, PartitionStore] = {}
         self._consumer: Consumer | None = None
         self._at_end: set[int] = set()  # shards whose changelog end was reached since their last record
+        self._warm: set[int] = set()  # shards whose changelog end was reached once since placed here
         self.applied = 0  # changelog records applied to standbys, in all
 
     # -- what this worker keeps ------------------------------------------------------------------
@@ -83,6 +84,7 @@ class Standbys:
             self._flush(shard)
             self._replays.pop(shard, None)
             self._at_end.discard(shard)
+            self._warm.discard(shard)
             self._reassign()
         return store
 
@@ -97,6 +99,7 @@ class Standbys:
             self._flush(shard)
             self._replays.pop(shard, None)
             self._at_end.discard(shard)
+            self._warm.discard(shard)
         close_all([self.stores.pop(shard) for shard in gone])
         for shard in sorted(wanted - set(self.stores)):
             parked = self._parked.pop(shard, None)
@@ -115,14 +118,14 @@ class Standbys:
         positions = []
         for shard, store in sorted(self.stores.items()):
             offset = store.changelog_offset()
-            positions.append(TopicPartition(self._changelog, shard,
+            positions.append(TopicPartition(self.changelog, shard,
                                             OFFSET_BEGINNING if offset is None else offset + 1))
         consumer.assign(positions)
 
     def _consumer_now(self) -> Consumer:
         if self._consumer is None:
             self._consumer = self._clients.consumer(self._kafka.consumer(
-                f"{self._changelog}.standby", **{"enable.partition.eof": True,
+                f"{self.changelog}.standby", **{"enable.partition.eof": True,
                                                   "fetch.max.bytes": 64 * 1024 * 1024}))
         return self._consumer
 
@@ -162,8 +165,9 @@ class Standbys:
                 count += 1
             elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.add(shard)
+                self._warm.add(shard)
             elif error.fatal():
-                log.warning("standby: reading %s[%s]: %s", self._changelog, shard, error)
+                log.warning("standby: reading %s[%s]: %s", self.changelog, shard, error)
         for replay in replays.values():
             replay.flush()
         return count
@@ -181,6 +185,11 @@ class Standbys:
         return bool(self._parked)
 
     @property
+    def warm(self) -> bool:
+        """Whether every standby has reached its changelog's end at least once."""
+        return all(shard in self._warm for shard in self.stores)
+
+    @property
     def behind(self) -> bool:
         """Whether some standby has not reached its changelog's end since its last record."""
         return any(shard not in self._at_end for shard in self.stores)
@@ -196,7 +205,7 @@ class Standbys:
                 continue
             try:
                 _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self._changelog, shard), timeout=0, cached=True)
+                    TopicPartition(self.changelog, shard), timeout=0, cached=True)
             except Exception:  # noqa: BLE001 - a gauge: unknown until the first fetch
                 continue
             offset = store.changelog_offset()

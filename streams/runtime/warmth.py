@@ -16,15 +16,16 @@ Two moments (docs/decisions/0011-standby-replicas.md):
   own shards), when idle a tenth of a second at a time, and the engine does not wait for input
   while a standby is behind (:attr:`Warmth.behind`).
 
-The group view (:class:`~streams.runtime.group_view.GroupView`) is read, never waited for: with no
-view yet, nothing is placed, and a worker joins at once.
+The group view (:class:`~streams.runtime.group_view.GroupView`) is asked before joining and at each
+assignment, and with standbys every second besides (never waited for in the loop): with no view,
+nothing is placed, and a worker joins at once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from streams.config import RuntimeSettings
@@ -44,7 +45,12 @@ IDLE_BUDGET_S: Final = 0.1
 IDLE_WAIT_S: Final = 0.05  # for a standby's first records, when it is behind and nothing is fetched
 WARM_UP_STEP_S: Final = 0.5
 VIEW_INTERVAL_S: Final = 1.0  # how often the group view asks the coordinator
+REPORT_INTERVAL_S: Final = 1.0  # how often the standbys' lag is told (lifecycle: gauges, /readyz)
 DESCRIBE_TIMEOUT_S: Final = 5.0
+
+
+def _unreported(lags: dict[int, int], warm: bool) -> None:
+    """Standby lag told to nobody."""
 
 
 class Warmth:
@@ -52,13 +58,21 @@ class Warmth:
     does with partitions taken from a worker that is gone (:class:`~streams.runtime.takeover.Takeover`)."""
 
     def __init__(self, standbys: Standbys, view: GroupView, takeover: Callable[[list[Partition]], None],
-                 me: str, shards: int) -> None:
+                 me: str, shards: int, bring_up: Callable[[Sequence[int]], dict[int, PartitionStore]],
+                 report: Callable[[dict[int, int], bool], None] = _unreported) -> None:
         self.standbys = standbys
+        self._bring_up = bring_up
+        self._report = report
+        self._reported_at = 0.0
         self._view = view
         self._takeover = takeover
         self._me = me
         self._shards = shards
         self._placed_for: tuple[frozenset[str], frozenset[int]] | None = None
+
+    def close(self) -> None:
+        """Stop asking the coordinator (the describing process ends)."""
+        self._view.close()
 
     def gained(self, partitions: list[Partition]) -> None:
         """A rebalance gave this worker ``partitions``: the group changed, so look at it again (the
@@ -75,12 +89,16 @@ class Warmth:
     def tick(self, owned: frozenset[int], batch_s: float | None) -> None:
         """Place the standbys for the group as last seen, then catch up: after a batch that took
         ``batch_s``, or idle (``None``)."""
-        self._view.poll()
+        if self.standbys.replicas > 0:  # else the view is asked at assignments only
+            self._view.poll()
         self._place(owned)
         if batch_s is None:  # the engine did not wait for input while a standby was behind
             self.standbys.catch_up(IDLE_BUDGET_S, wait_s=IDLE_WAIT_S if self.standbys.behind else 0.0)
         else:
             self.standbys.catch_up(max(MIN_BUDGET_S, BATCH_SHARE * batch_s))
+        if time.monotonic() - self._reported_at >= REPORT_INTERVAL_S:
+            self._reported_at = time.monotonic()
+            self._report(self.standbys.lag(), self.standbys.warm)
 
     def _place(self, owned: frozenset[int]) -> None:
         membership = self._view.latest
@@ -102,12 +120,14 @@ class Warmth:
             return
         began, last_look = time.monotonic(), time.monotonic()
         future = owned_after_join(self._me, membership.members, self._shards)
-        self.standbys.keep(future)
         if future:
             log.info("warm-up: catching up shards %s before joining the group (members now: %s)",
                      ", ".join(map(str, sorted(future))), ", ".join(sorted(membership.members)) or "none",
                      extra={"fields": {"event": "warm_up", "shards": sorted(future),
                                        "members": sorted(membership.members)}})
+        for shard, store in self._bring_up(sorted(future)).items():  # recovered as an assignment is
+            self.standbys.park(shard, store)
+        self.standbys.keep(future)  # followed as standbys until the group gives them
         while self.standbys.behind and not stopping():
             alive()
             self.standbys.catch_up(WARM_UP_STEP_S, wait_s=IDLE_WAIT_S)
@@ -123,11 +143,13 @@ class Warmth:
                                        "applied": self.standbys.applied}})
 
 
-def warmth_for(kafka: KafkaConfig, clients: KafkaClients, group: str, changelog: str,
-               settings: RuntimeSettings, open_store: Callable[[int], PartitionStore]) -> Warmth:
+def warmth_for(kafka: KafkaConfig, clients: KafkaClients, group: str, shard_topics: Iterable[str],
+               settings: RuntimeSettings, standbys: Standbys,
+               bring_up: Callable[[Sequence[int]], dict[int, PartitionStore]],
+               report: Callable[[dict[int, int], bool], None] = _unreported) -> Warmth:
     """A worker's :class:`Warmth`, its group view asking the coordinator through ``clients``."""
-    admin = clients.admin(kafka.admin())
-    view = GroupView(admin, group, settings.worker_id, VIEW_INTERVAL_S, DESCRIBE_TIMEOUT_S)
-    takeover = Takeover(view, kafka, clients, group, settings.worker_id, settings.transaction_timeout_s)
-    standbys = Standbys(changelog, open_store, kafka, clients, settings.standby_replicas)
-    return Warmth(standbys, view, takeover, settings.worker_id, settings.shards)
+    describer = clients.describer(kafka.admin(), group, DESCRIBE_TIMEOUT_S)
+    view = GroupView(describer, group, settings.worker_id, VIEW_INTERVAL_S, DESCRIBE_TIMEOUT_S)
+    takeover = Takeover(view, kafka, clients, group, settings.worker_id, standbys.changelog, shard_topics,
+                        settings.transaction_timeout_s)
+    return Warmth(standbys, view, takeover, settings.worker_id, settings.shards, bring_up, report)

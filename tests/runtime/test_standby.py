@@ -110,7 +110,9 @@ def test_a_lost_owners_shards_are_taken_warm_and_decided_once() -> None:
     w1_last.init_transactions()
     w1_last.begin_transaction()
     w1_last.produce("out", b"half-done", b"x")
+    w1_last.produce("changelog", b"1", b"half-done", partition=2)  # what it decided, as a worker does
     broker.kill_clients("w1")
+    w1.close()  # its watchdog thread; its dead clients do nothing
     broker.expire("g", "w1")
     recovered_before = w0.counters.recovered_records
     _feed(broker, range(200, 300))
@@ -147,25 +149,25 @@ def test_a_joining_worker_warms_its_shards_before_it_joins() -> None:
     w1.close()
 
 
-def test_takeover_fences_only_owners_that_left_the_group() -> None:
+def test_takeover_fences_only_owners_that_left_the_group_with_a_transaction_open() -> None:
     broker = MemoryKafka()
     broker.range_assignor = True
-    broker.create_topic("in", 3)
-    for worker in ("w0", "w1", "w2"):
+    broker.create_topic("in", 4)
+    broker.create_topic("changelog", 4)
+    for worker in ("w0", "w1", "w2", "w3"):
         consumer = broker.consumer({"group.id": "g", "group.instance.id": worker})
         consumer.subscribe(["in"], on_assign=lambda *_: None, on_revoke=lambda *_: None)
-    view = GroupView(broker.admin({}), "g", "w0", 1.0, 1.0)
-    view.refresh()  # w0, w1, w2 own in[0], in[1], in[2]
-    left = broker.producer({"transactional.id": "g.w1"})
-    stayed = broker.producer({"transactional.id": "g.w2"})
-    for producer in (left, stayed):
-        producer.init_transactions()
-    left.begin_transaction()
-    left.produce("in", b"never", b"k", partition=1)
+    view = GroupView(broker.describer({}, "g", 1.0), "g", "w0", 1.0, 1.0)
+    view.refresh()  # w0 to w3 own in[0] to in[3]
+    left_open = _changelog(broker, 1, {b"k": b"v"}, commit=False, txid="g.w1")  # killed in a transaction
+    between = _changelog(broker, 2, {b"k": b"v"}, txid="g.w2")  # killed between two transactions
+    stayed = _changelog(broker, 3, {b"k": b"v"}, txid="g.w3")
     broker.expire("g", "w1")
-    view.refresh()  # w0 owns in[0] and in[1] now, w2 in[2]
-    takeover = Takeover(view, KAFKA, cast(KafkaClients, broker), "g", "w0", 1.0)
-    takeover([("in", 0), ("in", 1), ("in", 2)])  # in[2] as if it had come from w2, still a member
+    broker.expire("g", "w2")
+    view.refresh()  # w0 owns in[0], in[1]; w3 in[2], in[3]
+    takeover = Takeover(view, KAFKA, cast(KafkaClients, broker), "g", "w0", "changelog", ["in"], 1.0)
+    takeover([("in", 0), ("in", 1), ("in", 2), ("in", 3)])  # as if it had gained them all
     assert takeover.fenced == ["w1"]
-    assert broker.epochs["g.w1"] > left.epoch and broker.epochs["g.w2"] == stayed.epoch
-    assert "g.w1" not in broker.open and broker.committed_records("in") == []
+    assert broker.epochs["g.w1"] > left_open.epoch and "g.w1" not in broker.open
+    assert broker.epochs["g.w2"] == between.epoch and broker.epochs["g.w3"] == stayed.epoch
+    assert [message.value() for message in broker.committed_records("changelog")] == [b"v", b"v"]
