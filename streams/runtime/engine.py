@@ -137,8 +137,8 @@ class Engine:
         standbys = Standbys(topology.changelog, open_store, kafka, clients, settings.standby_replicas)
         self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity, open_store,
                               kafka, clients, self.counters, self.lifecycle, standbys, restore)
-        self._warmth = warmth_for(kafka, clients, topology.group, topology.shard_topics, settings, standbys,
-                                  self._shards.bring_up, self.lifecycle.standby)
+        self._warmth = warmth_for(kafka, clients, topology.group, settings, standbys, self._shards.bring_up,
+                                  self.lifecycle.standby)
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
@@ -159,9 +159,11 @@ class Engine:
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
-        self._producer = clients.producer({**self.kafka.transactional_producer(
+        producer_config = {**self.kafka.transactional_producer(
             f"{topology.group}.{settings.worker_id}", settings.transaction_timeout_s,
-            max_message_bytes=self._outputs.largest_record_bytes), **watch.client_config()})
+            max_message_bytes=self._outputs.largest_record_bytes), **watch.client_config()}
+        self._clients, self._producer_config = clients, producer_config  # see _join
+        self._producer = clients.producer(producer_config)
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._commit = Commit(self._producer, self._watchdog, topology.changelog,
                               settings.transaction_timeout_s, self.counters, self.lifecycle)
@@ -193,7 +195,6 @@ class Engine:
     def run(self, idle_exit_s: float = math.inf, observer: EngineObserver = UNOBSERVED) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
         self._watchdog.start()
-        self._commit.init_transactions()
         observer.started(self)
         self._join()
         try:
@@ -218,13 +219,21 @@ class Engine:
         """What :meth:`run` does first: fence this worker's predecessor, join the group. For a
         caller that drives the engine :meth:`step` by :meth:`step` (the state-machine tests)."""
         self._watchdog.start()
-        self._commit.init_transactions()
         self._join()
 
     def _join(self) -> None:
-        """Warm the shards this worker will own (:mod:`streams.runtime.warmth`), then subscribe."""
+        """Fence this worker's predecessor, warm the shards it will own (:mod:`streams.runtime.warmth`),
+        initialise its transactions, then subscribe.
+
+        The predecessor is fenced at once, by a producer used for nothing else: what it left open is
+        aborted before the warm-up, which may be long, and readers of what it wrote do not wait for it.
+        The worker's own producer is initialised only after the warm-up, just before it joins:
+        another worker that took its shards meanwhile fences its id (it is not a member while it
+        warms up, :mod:`streams.runtime.takeover`), and librdkafka initialises a producer once."""
+        self._commit.init_transactions(self._clients.producer(self._producer_config))
         self.lifecycle.warming()
         self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)
+        self._commit.init_transactions()
         self._subscribe()
 
     def _subscribe(self) -> None:

@@ -33,6 +33,10 @@ _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_N
                         KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
 
 APPLY_CHUNK = 20_000
+# How long the broker holds a fetch that finds nothing new. librdkafka's default, 500 ms, is what a
+# recovery with nothing left to replay took before it saw the partitions' end: every assignment of a
+# takeover paid it. A recovery fetches until the end and stops, so asking again sooner costs little.
+END_WAIT_MS = 10
 
 
 class RecoveryWatcher(Protocol):
@@ -99,7 +103,8 @@ def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str
     """Apply every changelog record after each store's offset; return counts per partition."""
     began = time.monotonic()
     consumer = clients.consumer(kafka.consumer(
-        f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
+        f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024,
+                                "fetch.wait.max.ms": END_WAIT_MS}))
     try:
         pending = _assign(consumer, stores, topic)
         _replay(consumer, pending, topic, began + timeout_s, watcher)

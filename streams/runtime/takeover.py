@@ -12,28 +12,28 @@ never does; this module does it for it.
 
 When a rebalance gives this worker partitions, :class:`Takeover` looks up who owned them last
 (:attr:`streams.runtime.group_view.GroupView.owners_before`) and who the members are now (the view,
-asked again at the assignment). A previous owner no longer in the group is fenced if it left a
-transaction open: a producer with its transactional id (``<group>.<worker id>``, as
-:class:`~streams.runtime.engine.Engine` names it) calls ``init_transactions``, which aborts the
-open transaction, and is closed. Whether one is open is read from the changelog partitions of the
-shards taken from it, which only their owner writes: a read_committed consumer's end offset there is
-the last stable offset, a read_uncommitted one's the high watermark, and they differ while a
-transaction that wrote the partition is open (every transaction that decides anything in a shard
-writes its changelog partition).
+asked again at the assignment). Every previous owner no longer in the group is fenced: a producer
+with its transactional id (``<group>.<worker id>``, as :class:`~streams.runtime.engine.Engine` names
+it) calls ``init_transactions``, which aborts whatever it left open, and is closed. Whether it left a
+transaction open cannot be told from outside for every stage (a page worker's routing transaction
+writes only the shard topic, which every worker writes), and fencing one that left none costs one
+round trip.
 
-Who is never fenced:
+Who is never fenced, or is fenced harmlessly:
 
 - a previous owner still in the group: it gave its partitions up inside its consumer's poll,
   between two transactions, so it has nothing open;
 - a previous owner restarting under the same worker id (a crash and a supervisor, or a rolling
-  restart that outlasted the session), warming up before it joins: it initialised its transactions
-  when it started, which aborted whatever its predecessor left open, and begins none before it is
-  a member again. Fencing it would fail its first commit for nothing (the race a test of rolling
-  restarts found when every absent owner was fenced).
+  restart that outlasted the session), warming up before it joins: it initialises its transactions
+  when it starts (aborting what its predecessor left open) and again just before it joins
+  (:meth:`streams.runtime.engine.Engine.start`), so a fence during its warm-up is forgotten. Only a
+  fence between that second initialisation and its JoinGroup reaching the coordinator (a fraction
+  of a second, and only when its old session ends just then) fails its first commit: it stops, saying
+  so, and started again goes on from its last commit.
 
-Fencing a worker that was only slow (paused past its session while a transaction was open) is
-safe: its partitions were already given away, its next transactional call fails as fenced, it
-stops with that said, and when started again it resumes from its last commit, as after any crash.
+Fencing a worker that was only slow (paused past its session with a transaction open) is safe: its
+partitions were already given away, its next transactional call fails as fenced, it stops with that
+said, and when started again it resumes from its last commit, as after any crash.
 """
 
 from __future__ import annotations
@@ -43,18 +43,13 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
-from confluent_kafka import KafkaException, TopicPartition
-
-from streams.errors import RuntimeFailure
 from streams.runtime.clients import KafkaClients
 from streams.runtime.group_view import GroupView
 from streams.runtime.kafka_io import KafkaConfig
-from streams.runtime.recovery import watermarks
 
 log: Final = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
-END_TIMEOUT_S: Final = 10.0  # for the end offsets of the changelog partitions taken over
 
 
 def transactional_id(group: str, worker_id: str) -> str:
@@ -73,10 +68,8 @@ class Takeover:
     """What a worker does, before recovering them, with the partitions a rebalance just gave it."""
 
     def __init__(self, view: GroupView, kafka: KafkaConfig, clients: KafkaClients, group: str, me: str,
-                 changelog: str, shard_topics: Iterable[str], timeout_s: float) -> None:
+                 timeout_s: float) -> None:
         self._view = view
-        self._changelog = changelog
-        self._shard_topics = frozenset(shard_topics)
         self._kafka = kafka
         self._clients = clients
         self._group = group
@@ -95,29 +88,8 @@ class Takeover:
         if not lost_owners or now is None:
             return
         for owner, partitions in sorted(lost_owners.items()):
-            if owner not in now.members and self._left_open(partitions):
+            if owner not in now.members:
                 self._fence(owner, partitions)
-
-    def _left_open(self, partitions: set[Partition]) -> bool:
-        """Whether a transaction is open on the changelog partitions of the shards in ``partitions``
-        (input partitions alone tell nothing: then no)."""
-        shards = sorted({partition for topic, partition in partitions if topic in self._shard_topics})
-        if not shards:
-            return False
-        stable = self._clients.consumer(self._kafka.consumer(f"{self._changelog}.takeover"))
-        written = self._clients.consumer(self._kafka.consumer(f"{self._changelog}.takeover",
-                                                              **{"isolation.level": "read_uncommitted"}))
-        try:
-            return any(watermarks(stable, TopicPartition(self._changelog, shard), END_TIMEOUT_S)[1]
-                       < watermarks(written, TopicPartition(self._changelog, shard), END_TIMEOUT_S)[1]
-                       for shard in shards)
-        except (KafkaException, RuntimeFailure) as error:  # not fencing: its transaction times out
-            log.warning("takeover: cannot read the end offsets of %s (%s); a transaction it left open, "
-                        "if any, ends when the broker times it out", self._changelog, error)
-            return False
-        finally:
-            stable.close()
-            written.close()
 
     def _fence(self, owner: str, partitions: set[Partition]) -> None:
         began = time.monotonic()

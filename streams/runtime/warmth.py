@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from streams.config import RuntimeSettings
@@ -143,13 +143,12 @@ class Warmth:
                                        "applied": self.standbys.applied}})
 
 
-def warmth_for(kafka: KafkaConfig, clients: KafkaClients, group: str, shard_topics: Iterable[str],
-               settings: RuntimeSettings, standbys: Standbys,
+def warmth_for(kafka: KafkaConfig, clients: KafkaClients, group: str, settings: RuntimeSettings,
+               standbys: Standbys,
                bring_up: Callable[[Sequence[int]], dict[int, PartitionStore]],
                report: Callable[[dict[int, int], bool], None] = _unreported) -> Warmth:
     """A worker's :class:`Warmth`, its group view asking the coordinator through ``clients``."""
     describer = clients.describer(kafka.admin(), group, DESCRIBE_TIMEOUT_S)
     view = GroupView(describer, group, settings.worker_id, VIEW_INTERVAL_S, DESCRIBE_TIMEOUT_S)
-    takeover = Takeover(view, kafka, clients, group, settings.worker_id, standbys.changelog, shard_topics,
-                        settings.transaction_timeout_s)
+    takeover = Takeover(view, kafka, clients, group, settings.worker_id, settings.transaction_timeout_s)
     return Warmth(standbys, view, takeover, settings.worker_id, settings.shards, bring_up, report)

@@ -6,6 +6,7 @@ with SIGKILLs."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import cast
 
 from streams.config import RuntimeSettings
@@ -14,7 +15,7 @@ from streams.runtime.engine import Engine
 from streams.runtime.group_view import GroupView
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.standby import Standbys
-from streams.runtime.store import MemoryStore
+from streams.runtime.store import MemoryStore, PartitionStore
 from streams.runtime.takeover import Takeover
 from testing.memory_kafka import MemoryKafka, MemoryProducer
 from testing.stages import EchoStage, create_topics, plain_topology
@@ -149,7 +150,7 @@ def test_a_joining_worker_warms_its_shards_before_it_joins() -> None:
     w1.close()
 
 
-def test_takeover_fences_only_owners_that_left_the_group_with_a_transaction_open() -> None:
+def test_takeover_fences_the_owners_that_left_the_group() -> None:
     broker = MemoryKafka()
     broker.range_assignor = True
     broker.create_topic("in", 4)
@@ -165,9 +166,31 @@ def test_takeover_fences_only_owners_that_left_the_group_with_a_transaction_open
     broker.expire("g", "w1")
     broker.expire("g", "w2")
     view.refresh()  # w0 owns in[0], in[1]; w3 in[2], in[3]
-    takeover = Takeover(view, KAFKA, cast(KafkaClients, broker), "g", "w0", "changelog", ["in"], 1.0)
-    takeover([("in", 0), ("in", 1), ("in", 2), ("in", 3)])  # as if it had gained them all
-    assert takeover.fenced == ["w1"]
+    takeover = Takeover(view, KAFKA, cast(KafkaClients, broker), "g", "w0", 1.0)
+    takeover([("in", 0), ("in", 1), ("in", 3)])  # in[3] as if it had come from w3, still a member
+    assert takeover.fenced == ["w1"]  # w2's partition went to w3: w3 fences it
     assert broker.epochs["g.w1"] > left_open.epoch and "g.w1" not in broker.open
     assert broker.epochs["g.w2"] == between.epoch and broker.epochs["g.w3"] == stayed.epoch
     assert [message.value() for message in broker.committed_records("changelog")] == [b"v", b"v"]
+
+
+def test_a_worker_fenced_while_it_warmed_up_joins_with_its_own_transactions() -> None:
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    create_topics(broker, plain_topology(), 4, 4)
+    stores: dict[int, MemoryStore] = {}
+    w0 = _engine(broker, "w0", stores, replicas=0)
+    fenced_during_warm_up = broker.producer({"transactional.id": "g.w0"})
+    real_bring_up = w0._shards.bring_up
+
+    def bring_up(shards: Sequence[int]) -> dict[int, PartitionStore]:
+        fenced_during_warm_up.init_transactions()  # another worker's takeover, while w0 was not a member
+        return real_bring_up(shards)
+
+    w0._warmth._bring_up = bring_up
+    w0.start()
+    _feed(broker, range(20))
+    _steps(w0)
+    keys = Counter(message.key() for message in broker.committed_records("out"))
+    assert len(keys) == 20
+    w0.close()
