@@ -145,6 +145,9 @@ MEANINGS = {
         "how long the group waits for a silent worker before its shards go to others "
         "(`session.timeout.ms`; brokers refuse less than their `group.min.session.timeout.ms`, 6 s "
         "by default)",
+    ("runtime", "restore_processes"):
+        "processes that rebuild shards with no local state from their changelogs at once, when "
+        "there is much to replay (`auto`: one per usable core; 0 or 1: in the worker)",
     ("runtime", "heartbeat_interval_s"):
         "how often a worker's Kafka client tells the group it is alive (`heartbeat.interval.ms`, at "
         "most a third of the session); also how soon a worker hears of a rebalance",

@@ -102,7 +102,7 @@ def _scenario(kafka: KafkaConfig, prefix: str, stage: str, topic: str, backlog: 
     h.create_topics(kafka, [topic], INPUT_PARTITIONS)
     h.produce(kafka, topic, backlog)
     state = tmp_path / "state"
-    size = max(1, len(live) // 40)
+    size = max(1, len(live) // 60)  # 30 s of input: past the first reshard's drain, however slow the machine
     chunks = [live[index:index + size] for index in range(0, len(live), size)]
     writer = Writer(kafka, topic, chunks, pause_s=0.5)
     running = _workers(kafka, prefix, stage, state, 4, 2)
