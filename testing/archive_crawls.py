@@ -49,6 +49,7 @@ class Response:
     chunked: bool
     declared: str
     raw: bytes
+    status: str = "200 OK"
 
 
 @dataclass
@@ -127,7 +128,7 @@ class _Writer:
                                    [("WARC-Concurrent-To", request_id), ("WARC-Payload-Digest", declared),
                                     ("WARC-Block-Digest", _sha1(head + stored))])
         self.responses.append(Response(uri, date, response_id, body, chunk_size is not None, declared,
-                                       self.records[-1]))
+                                       self.records[-1], status))
         if metadata:
             self._record("metadata", uri, date, "application/warc-fields", b"via: testing\r\n",
                          [("WARC-Concurrent-To", response_id)])
@@ -147,26 +148,28 @@ def _url(k: int) -> str:
 NOT_FOUND = b"<!doctype html><title>Not found</title><h1>Not found</h1><p>No such page here.</p>\n"
 
 
-def two_crawls(pages: list[bytes], new_pages: int = 3) -> tuple[Crawl, Crawl]:
-    """Crawl 1 of ``pages`` less the last ``new_pages``, and crawl 2 of all of them (module docstring)."""
+def two_crawls(pages: list[bytes], new_pages: int = 3, codings: bool = True) -> tuple[Crawl, Crawl]:
+    """Crawl 1 of ``pages`` less the last ``new_pages``, and crawl 2 of all of them (module docstring);
+    without ``codings``, no body is chunked or gzipped."""
     old = len(pages) - new_pages
     first, second = _Writer(1), _Writer(2)
     first.warcinfo(_when(DAY1, 0))
     for k, page in enumerate(pages[:old]):
         when = _when(DAY1, 10 * k + 1)
-        chunk = 1000 if k % 10 == 3 else None
-        first.fetch(_url(k), when, page, chunk_size=chunk, gzipped=k % 10 == 5, metadata=k % 10 == 0)
+        chunk = 1000 if k % 10 == 3 and codings else None
+        gzipped = k % 10 == 5 and codings
+        first.fetch(_url(k), when, page, chunk_size=chunk, gzipped=gzipped, metadata=k % 10 == 0)
         if k % 6 == 0:
             first.fetch(f"https://mirror.example/{k}", _when(DAY1, 10 * k + 2), page, chunk_size=chunk,
-                        gzipped=k % 10 == 5)
+                        gzipped=gzipped)
     for j in range(3):
         first.fetch(f"https://site0.example/missing-{j}", _when(DAY1, 10 * old + j), NOT_FOUND,
                     status="404 Not Found")
     first.fetch("https://site1.example/ping", _when(DAY1, 10 * old + 5), b"", status="204 No Content")
     second.warcinfo(_when(DAY2, 0))
     for k, page in enumerate(pages):
-        second.fetch(_url(k), _when(DAY2, 10 * k + 1), _changed(k, page, old), chunk_size=_rechunk(k),
-                     gzipped=k % 10 == 5)
+        second.fetch(_url(k), _when(DAY2, 10 * k + 1), _changed(k, page, old),
+                     chunk_size=_rechunk(k) if codings else None, gzipped=k % 10 == 5 and codings)
     second.fetch("https://site0.example/missing-0", _when(DAY2, 10 * len(pages)), NOT_FOUND,
                  status="404 Not Found")
     return first.crawl_of(), second.crawl_of()

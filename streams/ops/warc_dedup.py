@@ -324,7 +324,7 @@ def run_import_command(args: argparse.Namespace) -> int:
 def add_parser(commands: Any) -> None:
     """Register ``warc-dedup`` and ``warc-import-cdx`` on the CLI."""
     command = commands.add_parser(
-        "warc-dedup", help="rewrite WARCs with revisit records for byte-identical payloads",
+        "warc-dedup", help="rewrite WARCs, identical payloads as revisits",
         description="Reads WARC files and writes every record again, in order, except that each "
                     "response whose payload is byte-identical to an earlier capture's (in these files, "
                     "an earlier run's with the same --state-dir, or an imported index; any URL) becomes "
@@ -346,7 +346,7 @@ def add_parser(commands: Any) -> None:
                               "node_exporter's textfile collector)")
     command.set_defaults(handler=run)
     index = commands.add_parser(
-        "warc-import-cdx", help="learn an archive's captures from its CDX or CDXJ index",
+        "warc-import-cdx", help="learn an archive's captures from its CDX(J) index",
         description="Reads CDX (space-separated, with or without a ' CDX' legend) or CDXJ index files, "
                     "plain or gzipped, and puts each capture they name (URL, timestamp, SHA-1 payload "
                     "digest) into the state warc-dedup reads, so a new crawl is de-duplicated against "
