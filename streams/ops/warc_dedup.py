@@ -59,8 +59,16 @@ IMPORT_BATCH: Final = 100_000  # captures an import writes at a time
 
 def open_state(state_dir: Path) -> RocksStore:
     """The first-capture store under ``state_dir`` (created on first use); a directory holding
-    another kind of state is refused."""
-    store = RocksStore(state_dir / STORE_DIR)
+    another kind of state, or one another run has open, is refused."""
+    try:
+        store = RocksStore(state_dir / STORE_DIR)
+    except StateError:
+        raise
+    except Exception as error:  # rocksdict raises plain exceptions; a second run finds the lock taken
+        if "lock" in str(error).lower():
+            raise StateError(f"{state_dir / STORE_DIR} is in use by another run (RocksDB's lock): runs "
+                             "with one state directory go one after the other") from error
+        raise
     layout = store.get_meta(LAYOUT_META)
     if layout is None:
         if next(store.items(), None) is not None:
@@ -158,6 +166,8 @@ def _check_paths(inputs: Sequence[Path], output: Path) -> None:
             raise ConfigError(f"{path}: no such file")
     if output.exists():
         raise ConfigError(f"{output} exists: an archive is never overwritten; name another output")
+    if not output.parent.is_dir():
+        raise ConfigError(f"{output.parent}: no such directory for the output")
     if not output.name.endswith((".warc", ".warc.gz")):
         raise ConfigError(f"{output}: the output must end in .warc.gz (gzipped per record) or .warc")
 
@@ -339,9 +349,9 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--state-dir", required=True, type=Path, metavar="DIR",
                          help="the first captures of earlier runs and imports (RocksDB, created on "
                               "first use)")
-    command.add_argument("--min-payload-bytes", type=int, default=1,
+    command.add_argument("--min-payload-bytes", type=int, default=1, metavar="N",
                          help="smaller payloads stay responses (default 1: only empty ones)")
-    command.add_argument("--metrics-file", type=Path, default=None,
+    command.add_argument("--metrics-file", type=Path, default=None, metavar="FILE",
                          help="also write the run's counters here in Prometheus' text format (for "
                               "node_exporter's textfile collector)")
     command.set_defaults(handler=run)

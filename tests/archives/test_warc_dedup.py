@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from streams.archives.dedup import DedupSettings
-from streams.errors import ConfigError, InputError
-from streams.ops.warc_dedup import run_dedup, run_import
+from streams.errors import ConfigError, InputError, StateError
+from streams.ops.warc_dedup import open_state, run_dedup, run_import
 from testing.archive_crawls import CORPUS, Crawl, check_output, expected_revisits, source_pages, two_crawls
 
 WARCIO = Path(sys.executable).with_name("warcio")
@@ -110,3 +110,14 @@ def test_the_command_prints_its_summary_and_metrics(tmp_path: Path) -> None:
     assert 'crawl_dedup_warc_records_written_total{type="revisit"}' in metrics
     assert (tmp_path / "out.warc").read_bytes().startswith(b"WARC/1.1\r\n")  # plain, as named
     _warcio_check(tmp_path / "out.warc")
+
+
+def test_one_state_directory_serves_one_run_at_a_time(tmp_path: Path) -> None:
+    held = open_state(tmp_path / "state")
+    try:
+        with pytest.raises(StateError, match="in use by another run"):
+            open_state(tmp_path / "state")
+    finally:
+        held.close()
+    with pytest.raises(ConfigError, match="no such directory"):
+        run_dedup([], tmp_path / "missing" / "out.warc.gz", tmp_path / "state")
