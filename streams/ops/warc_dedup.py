@@ -44,6 +44,7 @@ from streams.archives.dedup import Deduplicator, DedupSettings, capture_key
 from streams.archives.revisit import Capture
 from streams.archives.warc_records import GZIP_MAGIC, MalformedWarc, RecordWriter, read_records
 from streams.errors import ConfigError, InputError, StateError
+from streams.ops.replay import grouped
 from streams.runtime.store import PartitionStore, RocksStore
 
 STORE_DIR: Final = "warc-dedup"
@@ -213,20 +214,14 @@ def summary(report: Report, output: Path) -> str:
     return "\n".join([
         f"warc-dedup: {report.files} file(s), {records_in} records in {report.seconds:.1f} s "
         f"({report.bytes_read / 1e6 / seconds:.1f} MB/s of WARC read, {records_in / seconds:.0f} records/s)",
-        f"records in: {_group(tally, 'in:')}",
-        f"records out: {_group(tally, 'out:')} -> {output}",
+        f"records in: {grouped(tally, 'in:')}",
+        f"records out: {grouped(tally, 'out:')} -> {output}",
         f"revisits: {tally['revisits']} of {responses} responses; payload bytes saved "
         f"{tally['bytes_saved'] / 1e6:.2f} MB of {tally['bytes_in'] / 1e6:.2f} MB uncompressed; files "
         f"{report.bytes_read / 1e6:.2f} MB -> {report.bytes_written / 1e6:.2f} MB",
-        f"responses kept: {_group(tally, 'kept:')}",
+        f"responses kept: {grouped(tally, 'kept:')}",
         f"state: {report.added} first captures added, {report.captures} in all",
     ])
-
-
-def _group(tally: Counter[str], prefix: str) -> str:
-    found = sorted((name.removeprefix(prefix), n) for name, n in tally.items()
-                   if name.startswith(prefix) and n)
-    return ", ".join(f"{n} {name}" for name, n in found) or "none"
 
 
 class _ReportCollector(Collector):
@@ -324,8 +319,7 @@ def run_import(indexes: Sequence[Path], state_dir: Path) -> tuple[Counter[str], 
 
 def run_import_command(args: argparse.Namespace) -> int:
     tally, captures = run_import([Path(name) for name in args.indexes], Path(args.state_dir))
-    left_out = ", ".join(f"{n} {name.removeprefix('left_out:')}" for name, n in sorted(tally.items())
-                         if name.startswith("left_out:")) or "none"
+    left_out = grouped(tally, "left_out:")
     print(f"warc-import-cdx: {tally['imported']} captures imported, {tally['known']} payloads known already; "
           f"left out: {left_out}; state: {captures} first captures in all", flush=True)
     return 0
