@@ -38,11 +38,15 @@ def check_against_plan(pages: list[simweb.PlantedPage], verdicts: list[dict[str,
     offline = {v["url"]: v for v in reference}
     for page in pages:
         verdict = found[page.url]
-        expected = {"original": "unique", "mirror": "duplicate"}.get(page.kind, offline[page.url]["verdict"])
+        expected = {"original": "unique", "mirror": "duplicate", "identical": "duplicate"}.get(
+            page.kind, offline[page.url]["verdict"])
         assert verdict["verdict"] == expected, (page.kind, page.url, verdict)
         if page.kind == "mirror":
             assert verdict["kind"] == "exact" and verdict["distance"] == 0, verdict
             assert verdict["duplicate_of"] == page.copy_of, verdict
+        if page.kind == "identical":  # its text's duplicate_of: any earlier page with that text, when
+            # copies race (docs/content-seen.md); its payload's first capture: the original
+            assert verdict["kind"] == "exact" and verdict["first_capture_url"] == page.copy_of, verdict
         if page.kind == "near":
             assert verdict["duplicate_of"] == offline[page.url]["duplicate_of"], verdict
         assert (verdict["simhash"], verdict["digest"]) == (offline[page.url]["simhash"],
@@ -57,8 +61,8 @@ PAYLOAD_FIELDS = ("payload_digest", "first_capture_url", "first_capture_fetched_
 
 def with_identical_copies(pages: list[simweb.PlantedPage], every: int = 4) -> list[simweb.PlantedPage]:
     """``pages``, each original given a WARC-Record-ID, and every ``every``-th original fetched
-    again from another host an hour later, byte for byte (a mirror with the original's payload,
-    whose verdict names the original as its first capture)."""
+    again from another host an hour later, byte for byte (kind ``identical``: an exact copy whose
+    verdict names the original as the first capture of its payload)."""
     out, copies = [], []
     for number, page in enumerate(pages):
         if page.kind != "original":
@@ -70,5 +74,5 @@ def with_identical_copies(pages: list[simweb.PlantedPage], every: int = 4) -> li
             later = records.parse_rfc3339(page.record["fetched_at"]) + timedelta(hours=1)
             url = f"https://identical{number}.example/copy.html"
             copy = {**page.record, "url": url, "fetched_at": records.rfc3339(later)}
-            copies.append(dataclasses.replace(page, url=url, record=copy, kind="mirror", copy_of=page.url))
+            copies.append(dataclasses.replace(page, url=url, record=copy, kind="identical", copy_of=page.url))
     return out + copies
