@@ -24,6 +24,7 @@ from typing import BinaryIO, Final
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
 READ_BYTES: Final = 1 << 20
+PIECE_BYTES: Final = 1 << 16
 MAX_HEADER_BYTES: Final = 1 << 20  # a WARC header block larger than this is not one
 COMPRESS_LEVEL: Final = 6  # zlib's default: Heritrix and warcio's choice too; 9 costs twice the time
 _END: Final = b"\r\n\r\n"
@@ -103,40 +104,45 @@ def content_length(fields: tuple[tuple[str, str], ...], offset: int) -> int:
 
 
 class _Members:
-    """The uncompressed bytes of a stream, with the gzip members they came from."""
+    """The uncompressed bytes of a stream, with the gzip members they came from.
+
+    Compressed bytes wait in one buffer, read a MiB at a time; each member is inflated from pieces
+    of :data:`PIECE_BYTES` taken at a position in it, so what zlib hands back past a member's end
+    (``unused_data``, a copy) is a piece at most, and the buffer is compacted only when more is read."""
 
     def __init__(self, stream: BinaryIO, first: bytes) -> None:
         self._stream = stream
-        self._pending = first  # compressed bytes read, not decompressed yet
+        self._pending = first  # compressed bytes read
+        self._start = 0  # where the current member starts in them
+        self._position = 0  # how far it has been inflated
         self._eof = False
 
     def next_member(self) -> tuple[bytes, bytes] | None:
         """The next member's (compressed, uncompressed) bytes; None at the end of the stream."""
-        while not self._pending and not self._eof:
-            self._more()
-        if not self._pending:
+        self._start = self._position
+        if self._position >= len(self._pending) and not self._more():
             return None
         inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        compressed, out = bytearray(), bytearray()
+        out = bytearray()
         while True:
-            data = self._pending
-            self._pending = b""
-            out += inflater.decompress(data)
-            if inflater.eof:
-                used = len(data) - len(inflater.unused_data)
-                compressed += data[:used]
-                self._pending = inflater.unused_data
-                return bytes(compressed), bytes(out)
-            compressed += data
-            if not self._more():
+            if self._position >= len(self._pending) and not self._more():
                 raise zlib.error("the gzip stream ends inside a member")
+            piece = self._pending[self._position:self._position + PIECE_BYTES]
+            out += inflater.decompress(piece)
+            if inflater.eof:
+                self._position += len(piece) - len(inflater.unused_data)
+                return self._pending[self._start:self._position], bytes(out)
+            self._position += len(piece)
 
     def _more(self) -> bool:
+        """Read more, keeping the current member's bytes (those before it are dropped)."""
         chunk = self._stream.read(READ_BYTES)
         if not chunk:
             self._eof = True
             return False
-        self._pending += chunk
+        self._pending = self._pending[self._start:] + chunk
+        self._position -= self._start
+        self._start = 0
         return True
 
 
