@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars pywb prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars pywb prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-warc bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -112,7 +112,7 @@ wheel-check: venv
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
-bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy
+bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc
 
 # quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -155,6 +155,11 @@ bench-latency: venv jars
 bench-scrapy: $(BENCH_STAMP) jars
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench.scrapy_bench
+
+# warc-dedup beside content-seen --offline on two crawls of the shared corpus's pages as WARCs
+# (docs/web-archives.md, Throughput). Needs ../shared/corpus (generated pages without it).
+bench-warc: venv
+	$(PY) -m bench.warc_bench --pages 482 --rounds 5
 
 # A reshard's stop: seconds per million stored entries, each stage, 4 -> 8 shards, on the broker.
 bench-reshard: venv jars
