@@ -61,8 +61,10 @@ PAYLOAD_FIELDS = ("payload_digest", "first_capture_url", "first_capture_fetched_
 
 def with_identical_copies(pages: list[simweb.PlantedPage], every: int = 4) -> list[simweb.PlantedPage]:
     """``pages``, each original given a WARC-Record-ID, and every ``every``-th original fetched
-    again from another host an hour later, byte for byte (kind ``identical``: an exact copy whose
-    verdict names the original as the first capture of its payload)."""
+    again from another host, byte for byte, an hour after the crawl's last page (kind ``identical``:
+    an exact copy whose verdict names the original as the first capture of its payload; after every
+    planted page, so no planted copy can take it for its earlier page)."""
+    last = max(records.parse_rfc3339(page.record["fetched_at"]) for page in pages)
     out, copies = [], []
     for number, page in enumerate(pages):
         if page.kind != "original":
@@ -71,7 +73,7 @@ def with_identical_copies(pages: list[simweb.PlantedPage], every: int = 4) -> li
         record = {**page.record, "warc_record_id": f"<urn:uuid:00000000-0000-4000-8000-{number:012d}>"}
         out.append(dataclasses.replace(page, record=record))
         if len(out) % every == 0:
-            later = records.parse_rfc3339(page.record["fetched_at"]) + timedelta(hours=1)
+            later = last + timedelta(hours=1, seconds=len(copies))
             url = f"https://identical{number}.example/copy.html"
             copy = {**page.record, "url": url, "fetched_at": records.rfc3339(later)}
             copies.append(dataclasses.replace(page, url=url, record=copy, kind="identical", copy_of=page.url))
