@@ -1,7 +1,7 @@
 # make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
 #                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
 # make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), and the
-#                 test suite (starts and stops its own broker; runs a real Prometheus)
+#                 test suite (starts and stops its own broker; runs a real Prometheus and pywb)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
 # make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
 #                 and hostile-cluster suite (not part of make test)
@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars pywb prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-warc bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -68,8 +68,21 @@ unit-pure: venv prometheus
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
 	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
 
-test: venv jars lint unit-pure wheel-check alerts
-	$(PY) -m pytest -m "not slow" -q
+test: venv jars lint unit-pure wheel-check alerts pywb
+	CRAWL_DEDUP_PYWB=$(CURDIR)/$(PYWB_VENV)/bin $(PY) -m pytest -m "not slow" -q
+
+# pywb (PyPI), the replay server the web-archive test serves warc-dedup's output with
+# (tests/archives/test_pywb_replay.py), in a virtualenv of its own: it pins an old redis and werkzeug
+# (testing/pywb-requirements.txt says why). make test names it in CRAWL_DEDUP_PYWB, so the test
+# fails rather than skips when it is missing there.
+PYWB_VENV := .venv-pywb
+PYWB_STAMP := $(PYWB_VENV)/.installed
+
+pywb: $(PYWB_STAMP)
+$(PYWB_STAMP): testing/pywb-requirements.txt testing/pywb-constraints.txt
+	test -x $(PYWB_VENV)/bin/python || $(PYTHON_BIN) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/python -m pip install -q -c testing/pywb-constraints.txt -r testing/pywb-requirements.txt
+	touch $@
 
 # Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
 # itself on 127.0.0.1 with the shipped configuration. Installed here when missing and running as
@@ -99,7 +112,7 @@ wheel-check: venv
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
-bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy
+bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc
 
 # quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -143,6 +156,11 @@ bench-scrapy: $(BENCH_STAMP) jars
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench.scrapy_bench
 
+# warc-dedup beside content-seen --offline on two crawls of the shared corpus's pages as WARCs
+# (docs/web-archives.md, Throughput). Needs ../shared/corpus (generated pages without it).
+bench-warc: venv
+	$(PY) -m bench.warc_bench --pages 482 --rounds 5
+
 # A reshard's stop: seconds per million stored entries, each stage, 4 -> 8 shards, on the broker.
 bench-reshard: venv jars
 	$(PY) -m bench.reshard_bench
@@ -165,5 +183,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) $(QUIX_VENV) state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) $(PYWB_VENV) state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete

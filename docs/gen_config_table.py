@@ -231,6 +231,10 @@ MEANINGS = {
         "near copy: estimated Jaccard resemblance of the two pages' word pairs at least this",
     ("content_seen", "near_min_length_ratio"):
         "near copy: the smaller page has at least this share of the larger's distinct word pairs",
+    ("content_seen", "payload_digests"):
+        "verdicts carry the WARC payload digest and the first capture of a byte-identical payload "
+        "(URL, fetch time, WARC-Record-ID), for a WARC writer's revisit records "
+        "([docs/web-archives.md](docs/web-archives.md)); costs a SHA-1 of each compared page's body",
     ("revisit", "policy"):
         "`default` (budgeted adaptive intervals), `nutch` (Nutch's AdaptiveFetchSchedule), "
         "`stormcrawler` (StormCrawler's AdaptiveScheduler) or `fixed`",

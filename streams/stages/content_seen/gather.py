@@ -9,6 +9,8 @@ State keys of a gather shard (besides the block tables, :mod:`streams.stages.con
 - ``p`` + order: the waiting page's head (:mod:`streams.stages.content_seen.waiting`);
 - ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
   replies and notices;
+- ``v`` + order: a queued page's first capture, the earliest earlier capture of its payload met in
+  its payload reply and notices (:mod:`streams.stages.content_seen.payloads`), once one is met;
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
@@ -43,7 +45,17 @@ from streams.stages.content_seen.horizon import (
     encode_horizon,
 )
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.shard_records import Decide, Drain, Notice, PageWaits, Progress, Reply
+from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
+from streams.stages.content_seen.shard_records import (
+    Decide,
+    Drain,
+    Notice,
+    PageWaits,
+    PayloadNotice,
+    PayloadReply,
+    Progress,
+    Reply,
+)
 from streams.stages.content_seen.waiting import (
     PageCache,
     Source,
@@ -89,6 +101,7 @@ class Ready:
 
     head: dict[str, Any]
     best: Match | None
+    first: Capture | None = None
 
 
 def queue_key(number: int) -> bytes:
@@ -189,7 +202,23 @@ def take(state: BatchState, order: bytes) -> Ready:
         log.warning("page %s decided with %d of %d replies", order.hex(), count, tables)
     state.delete(b"p" + order)
     state.delete(b"w" + order)
-    return Ready(decode_head(stored), best)
+    first = Capture.decode(state.get(GATHER_PREFIX + order))
+    if first is not None:
+        state.delete(GATHER_PREFIX + order)
+    return Ready(decode_head(stored), best, first)
+
+
+def first_capture(state: BatchState, order: bytes, found: Capture | None) -> bool:
+    """A first capture of a queued page's payload met (a payload reply's or notice's): kept when it
+    is earlier than the one kept. False when the page was decided already, as :func:`notice`."""
+    if state.get(b"w" + order) is None:
+        return False
+    if found is not None:
+        key = GATHER_PREFIX + order
+        current = Capture.decode(state.get(key))
+        if earlier_of(current, found) is not current:
+            state.set(key, found.encode())
+    return True
 
 
 class Gatherer:
@@ -210,6 +239,7 @@ class Gatherer:
 
     def processors(self) -> list[On[Any]]:
         return [On(PageWaits, self.page), On(Reply, self.reply), On(Notice, self.notice),
+                On(PayloadReply, self.payload_reply), On(PayloadNotice, self.payload_notice),
                 On(Progress, self.progress), On(Drain, self.drain)]
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
@@ -233,7 +263,7 @@ class Gatherer:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
         arrive(state, order, head, tables, (topic, source.partition), source.offset)
 
-    def tell(self, order: bytes, told: Reply | Notice) -> list[Emit]:
+    def tell(self, order: bytes, told: Reply | Notice | PayloadReply | PayloadNotice) -> list[Emit]:
         """A reply or notice for the page of ``order``: applied at once when its gather shard is owned
         here and the page waits there (the local path), else sent as a record, which reaches the
         gather shard after the page's own record. A record to a gather shard owned here taints this
@@ -246,11 +276,16 @@ class Gatherer:
             if state.get(b"w" + order) is not None:
                 if isinstance(told, Reply):
                     self._replied(state, order, told.best)
+                elif isinstance(told, PayloadReply):
+                    first_capture(state, order, told.first)
+                    self._replied(state, order, told.best)
+                elif isinstance(told, PayloadNotice):
+                    first_capture(state, order, told.first)
                 else:
                     self.races["in_time" if notice(state, order, told.match) else "late"] += 1
                 return []
-            if isinstance(told, Notice) and self._ownership.alone():
-                self.races["late"] += 1
+            if isinstance(told, Notice | PayloadNotice) and self._ownership.alone():
+                self.races["late"] += isinstance(told, Notice)
                 return []
             self._ownership.taint()
         return [shards.send(told, order, gather)]
@@ -264,6 +299,17 @@ class Gatherer:
         memory first."""
         if reply(state, order, best):
             self._pages.park(source_of(waiting_head(state, order)))
+
+    def payload_reply(self, record: PayloadReply, message: Message, state: BatchState) -> list[Emit]:
+        order = message.key() or b""
+        first_capture(state, order, record.first)
+        self._replied(state, order, record.best)
+        return []
+
+    def payload_notice(self, record: PayloadNotice, message: Message, state: BatchState) -> list[Emit]:
+        """Not counted among the races: its page's text notice is (a byte-identical copy is an exact one)."""
+        first_capture(state, message.key() or b"", record.first)
+        return []
 
     def notice(self, record: Notice, message: Message, state: BatchState) -> list[Emit]:
         self.races["in_time" if notice(state, message.key() or b"", record.match) else "late"] += 1
