@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars pywb prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-warc bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars pywb prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-warc bench-failover bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -112,7 +112,7 @@ wheel-check: venv
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
-bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc
+bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc bench-failover
 
 # quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -160,6 +160,14 @@ bench-scrapy: $(BENCH_STAMP) jars
 # (docs/web-archives.md, Throughput). Needs ../shared/corpus (generated pages without it).
 bench-warc: venv
 	$(PY) -m bench.warc_bench --pages 482 --rounds 5
+
+# More than one worker: a worker SIGKILLed for good and a worker added, with and without standby
+# replicas, every record's wait and exactly once (read_committed), at 1 and 2 million URLs and on the
+# shared corpus's pages; then a restore from an empty state directory beside a plain consumer reading
+# the same changelog (docs/operations.md, "Standby replicas and failover").
+bench-failover: venv jars
+	$(PY) -m bench.failover_bench --urls 1000000,2000000
+	$(PY) -m bench.restore_bench --urls 2000000 --rounds 3
 
 # A reshard's stop: seconds per million stored entries, each stage, 4 -> 8 shards, on the broker.
 bench-reshard: venv jars
