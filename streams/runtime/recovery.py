@@ -98,7 +98,7 @@ class Replay:
 
 
 def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str,
-            timeout_s: float = 600.0, clients: KafkaClients = CONFLUENT,
+            patience_s: float = 600.0, clients: KafkaClients = CONFLUENT,
             watcher: RecoveryWatcher | None = None) -> RecoveryResult:
     """Apply every changelog record after each store's offset; return counts per partition."""
     began = time.monotonic()
@@ -107,7 +107,7 @@ def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str
                                 "fetch.wait.max.ms": END_WAIT_MS}))
     try:
         pending = _assign(consumer, stores, topic)
-        _replay(consumer, pending, topic, began + timeout_s, watcher)
+        _replay(consumer, pending, topic, patience_s, watcher)
     finally:
         consumer.close()
     result = RecoveryResult({p: job.applied for p, job in pending.items()}, time.monotonic() - began)
@@ -153,25 +153,36 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float =
             time.sleep(0.5)
 
 
-def _replay(consumer: Consumer, pending: dict[int, Replay], topic: str, deadline: float,
+def _replay(consumer: Consumer, pending: dict[int, Replay], topic: str, patience_s: float,
             watcher: RecoveryWatcher | None) -> None:
+    """Read every pending partition to its end. Fails only when nothing at all arrived for
+    ``patience_s``: a large state replays for as long as it takes while it advances."""
     open_partitions = set(pending)
+    last_news = time.monotonic()
     while open_partitions:
-        if time.monotonic() > deadline:
-            raise RuntimeFailure(f"recovery of {topic} did not reach the end in time")
         if watcher is not None:
             watcher.recovering({partition: (job.start, job.end if partition not in open_partitions
                                             else job.reached, job.end) for partition, job in pending.items()})
-        for message in consumer.consume(10_000, timeout=0.1):
-            partition = message.partition()
-            assert partition is not None
+        messages = consumer.consume(10_000, timeout=0.1)
+        if messages:
+            last_news = time.monotonic()
+        elif time.monotonic() - last_news > patience_s:
+            raise RuntimeFailure(f"recovery of {topic} read nothing for {patience_s:.0f} s before the end "
+                                 f"of partitions {sorted(open_partitions)}")
+        for message in messages:
             error = message.error()
-            if error is None:
-                pending[partition].add(message)
+            if error is None:  # Replay.add inlined: the loop runs once per changelog record
+                job = pending[message.partition() or 0]
+                key = message.key()
+                if key is not None:
+                    job.writes[key] = message.value()
+                    job.last_offset = message.offset()
+                    if len(job.writes) >= APPLY_CHUNK:
+                        job.flush()
             elif error.code() == KafkaError._PARTITION_EOF:
-                pending[partition].flush()
-                open_partitions.discard(partition)
+                pending[message.partition() or 0].flush()
+                open_partitions.discard(message.partition() or 0)
             elif error.fatal():
-                raise RuntimeFailure(f"reading changelog {topic}[{partition}]: {error}")
-            else:  # librdkafka retries these itself (a leader move); the deadline bounds the wait
-                log.warning("reading changelog %s[%s]: %s", topic, partition, error)
+                raise RuntimeFailure(f"reading changelog {topic}[{message.partition()}]: {error}")
+            else:  # librdkafka retries these itself (a leader move); the patience bounds the wait
+                log.warning("reading changelog %s[%s]: %s", topic, message.partition(), error)
