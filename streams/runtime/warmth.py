@@ -3,8 +3,9 @@
 Two moments (docs/decisions/0011-standby-replicas.md):
 
 - **Before joining** (:meth:`Warmth.warm_up`). A worker about to join the group computes the shards
-  the range assignor will give it once it is a member (:func:`~streams.runtime.placement.owned_after_join`)
-  and catches up on their changelogs as a standby, outside the group, where nobody waits for it;
+  the range assignor will give it once it is a member (:func:`~streams.runtime.placement.owned_after_join`),
+  and those it will keep standby copies of, and catches up on their changelogs (a restore in
+  processes of their own for those it has no state of), outside the group, where nobody waits for it;
   then it joins, and the rebalance moves the shards to a worker that replays only their tail. So a
   worker added to a running stage never stalls it for a rebuild (Kafka Streams' warm-up replicas,
   KIP-441, without the probing rebalances: the group does not know this worker until it is warm).
@@ -112,6 +113,13 @@ class Warmth:
         wanted = standby_shards(self._me, membership.members, self._shards, self.standbys.replicas) - owned
         self.standbys.keep(wanted)
 
+    def _after_join(self, members: frozenset[str]) -> set[int]:
+        """The shards this worker will own once a member of a group of ``members``, and those it will
+        keep standby copies of: both warmed before it joins, so it is ready to stand in as soon as
+        it is in."""
+        owned = owned_after_join(self._me, members, self._shards)
+        return owned | standby_shards(self._me, members, self._shards, self.standbys.replicas)
+
     def warm_up(self, stopping: Callable[[], bool], alive: Callable[[], None]) -> None:
         """Catch up on the shards this worker will own, before it joins; ``alive`` is called at
         every step (a sign of life for the health endpoint), ``stopping`` ends it early."""
@@ -119,7 +127,7 @@ class Warmth:
         if membership is None:
             return
         began, last_look = time.monotonic(), time.monotonic()
-        future = owned_after_join(self._me, membership.members, self._shards)
+        future = self._after_join(membership.members)
         if future:
             log.info("warm-up: catching up shards %s before joining the group (members now: %s)",
                      ", ".join(map(str, sorted(future))), ", ".join(sorted(membership.members)) or "none",
@@ -134,8 +142,7 @@ class Warmth:
             if time.monotonic() - last_look > 1.0:
                 last_look = time.monotonic()
                 membership = self._view.refresh() or membership
-                future = owned_after_join(self._me, membership.members, self._shards)
-                self.standbys.keep(future)
+                self.standbys.keep(self._after_join(membership.members))
         if future:
             log.info("warm-up: done in %.1f s (%d changelog records applied); joining",
                      time.monotonic() - began, self.standbys.applied,
