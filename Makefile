@@ -1,7 +1,9 @@
 # make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
 #                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
-# make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), and the
-#                 test suite (starts and stops its own broker; runs a real Prometheus)
+# make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), the
+#                 documentation site, and the test suite (starts and stops its own broker; runs a
+#                 real Prometheus)
+# make docs       the documentation site from docs/ into site/ (mkdocs build --strict)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
 # make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
 #                 and hostile-cluster suite (not part of make test)
@@ -15,7 +17,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars prometheus alerts docs test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -27,13 +29,13 @@ COMPILED_SOURCES := $(shell grep -o '"streams/[a-z_/]*\.py"' setup.py | tr -d '"
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt setup.py $(COMPILED_SOURCES)
 	test -x $(PY) || { $(PYTHON_BIN) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip; }
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs]'
 	rm -f $(BENCH_STAMP)
 	touch $@
 
 # The benchmarks' baselines (the bench extra): installed once, with the package again.
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,bench]'
 	touch $@
 
 # The release streams/kafka_release.json pins (tools/kafka_release.py writes it from kafka/pom.xml),
@@ -68,7 +70,7 @@ unit-pure: venv prometheus
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
 	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
 
-test: venv jars lint unit-pure wheel-check alerts
+test: venv jars lint docs unit-pure wheel-check alerts
 	$(PY) -m pytest -m "not slow" -q
 
 # Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
@@ -86,6 +88,13 @@ alerts: prometheus
 	promtool check rules ops/prometheus/alerts.yml
 	promtool check config ops/prometheus/prometheus.yml
 	cd ops/prometheus && promtool test rules alerts.test.yml
+
+# The documentation site (mkdocs.yml): the generated reference pages checked against the code, then
+# built strict, so a broken link or anchor, or a page of docs/ left out of the nav, fails.
+docs: venv
+	$(PY) docs/gen_config_table.py --check
+	$(PY) docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # The package as an operator installs it (tools/wheel_check.py): the wheel built from a clean clone,
 # installed into a new virtualenv and run from elsewhere, offline and against a broker it starts
@@ -165,5 +174,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) $(QUIX_VENV) state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) state site .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete
