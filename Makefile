@@ -49,7 +49,7 @@ $(JARS): $(STAMP) streams/kafka_release.json
 COMMITS_BASE ?= main
 
 lint: venv
-	$(VENV)/bin/ruff check streams tests testing bench tools setup.py
+	$(VENV)/bin/ruff check streams tests testing bench tools docs setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
 	$(PY) tools/import_rules.py streams

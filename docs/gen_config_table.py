@@ -39,8 +39,9 @@ class Section:
 
 ABOUT = {  # the paragraph above a stage's table; a stage without one here gets its help line
     "url_dedup":
-        "The URL stage ([The URL stage](url-dedup.md)): canonicalization ([URL canonicalization](canonicalization.md)) and the "
-        "seen-set. The profile and canonicalization version are stored with the state; changing "
+        "The URL stage ([The URL stage](url-dedup.md)): canonicalization "
+        "([URL canonicalization](canonicalization.md)) and the seen-set. The profile and "
+        "canonicalization version are stored with the state; changing "
         "them needs `python -m streams url-dedup-migrate`.",
     "content_seen":
         "The page stage ([The page stage](content-seen.md)). The fields up to "
@@ -153,7 +154,8 @@ MEANINGS = {
     ("topics", "replication_factor"):
         "replication factor of the topics a stage creates (internal, output and dead-letter ones); a "
         "worker refuses to start when the cluster cannot keep it (fewer live brokers to create a "
-        "topic, an existing internal topic with fewer replicas; see [Replication](#replication-of-the-topics-a-stage-creates))",
+        "topic, an existing internal topic with fewer replicas; see "
+        "[Replication](#replication-of-the-topics-a-stage-creates))",
     ("topics", "min_insync_replicas"):
         "`min.insync.replicas` of the topics a stage creates: replicas that must hold a write before it "
         "is acknowledged (a committed batch survives the loss of all but one of them; writes wait "

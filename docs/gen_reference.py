@@ -142,8 +142,8 @@ def records_page() -> str:
         for field_name, field in schema["properties"].items():
             limits = _limits(field)
             what = field.get("description", "") + (f" ({limits})" if limits else "")
-            parts.append(f"| `{field_name}` | {_cell(_type(field))} | {'yes' if field_name in required else ''} "
-                         f"| {_cell(what)} |")
+            needed = "yes" if field_name in required else ""
+            parts.append(f"| `{field_name}` | {_cell(_type(field))} | {needed} | {_cell(what)} |")
         for field_name, needs in schema.get("dependencies", {}).items():
             if isinstance(needs, list):
                 parts += ["", f"With `{field_name}`, also: " + ", ".join(f"`{need}`" for need in needs) + "."]

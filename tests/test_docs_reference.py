@@ -6,6 +6,7 @@ records as schemas/ describes them (docs/gen_reference.py writes both; regenerat
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -53,3 +54,21 @@ def test_the_records_page_has_every_schema_and_field() -> None:
         section = page.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
         for field in gen.json.loads(path.read_text())["properties"]:
             assert f"| `{field}` |" in section, (name, field)
+
+
+def test_the_readme_is_short_and_its_links_exist() -> None:
+    """The README is the first screen (install, a start, Scrapy, settings, where to read on); the
+    depth is on the site, which mkdocs build --strict checks (make docs)."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert local and [target for target in local if not (ROOT / target).exists()] == []
+
+
+def test_user_documentation_names_no_issue_numbers() -> None:
+    """Sections are named for what they cover; a reader has no issue tracker."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    found = [(page.name, line) for page in pages for line in page.read_text().splitlines()
+             if re.search(r"issues? [0-9]+", line, re.IGNORECASE)]
+    assert found == []
