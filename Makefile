@@ -1,8 +1,9 @@
 # make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
 #                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
-# make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), the
-#                 documentation site, and the test suite (starts and stops its own broker; runs a
-#                 real Prometheus)
+# make check      lint, types and the unit tests (no broker): the loop while editing, about 3 minutes
+# make test       everything CI runs: lint and types, the documentation site, the alert rules
+#                 (promtool), then the whole suite compiled (its own broker; a real Prometheus)
+#                 beside the unit tests uncompiled and the wheel check (see test below)
 # make docs       the documentation site from docs/ into site/ (mkdocs build --strict)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
 # make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
@@ -17,7 +18,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars prometheus alerts docs test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars prometheus alerts docs check test suite beside-suite lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -55,23 +56,49 @@ lint: venv
 	$(PY) tools/import_rules.py streams
 	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
+# pytest processes per run (pytest-xdist): 2 on the project's 2-core machines. A broker test spends
+# most of its time waiting for the broker and for its workers, and a unit test beside it uses that
+# time; the processes share one broker (tests/conftest.py), and a module's tests stay in one process
+# (--dist loadscope: its module fixtures are made once). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+
+# The loop while editing: what CI checks first, without a broker.
+check: lint unit
+
 unit: venv prometheus
-	$(PY) -m pytest -m "not kafka" -q
+	$(PY) -m pytest -m "not kafka" -q $(XDIST)
 
 # The unit tests again on the sources uncompiled, as a CRAWL_DEDUP_PURE_PYTHON=1 build runs them: the
 # tracked files are copied to a temporary directory without the extensions, and pytest puts that
 # copy's streams package first on the path (pyproject.toml: pythonpath). Its empty manifest of
-# compiled modules keeps the editable install's finder from supplying this tree's.
+# compiled modules keeps the editable install's finder from supplying this tree's. The tests run are
+# those of the code that differs between the two builds (setup.py's compiled modules: records,
+# plain, urls, the runtime's batch loop, the URL stage) and of the code that drives it (the stages,
+# the integrations, ops); the others (tests/pages, tests/tools, the command line, the configuration
+# and documentation checks) run code that is the same in both builds, and run compiled in the suite.
+PURE_TESTS := tests/runtime tests/stages tests/urls tests/integrations tests/ops tests/test_records.py \
+	tests/test_plain.py tests/test_compiled.py
 unit-pure: venv prometheus
 	@set -e; copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
 	git ls-files -z | xargs -0 cp -P --parents -t "$$copy"; \
 	printf 'SOURCES: dict[str, str] = {}\n' > "$$copy/streams/_compiled.py"; \
 	cd "$$copy"; \
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
-	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
+	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider $(PURE_TESTS)
 
-test: venv jars lint docs unit-pure wheel-check alerts
-	$(PY) -m pytest -m "not slow" -q
+# Everything CI runs (bash .ci/run). The quick checks first; then the whole suite, compiled, and
+# beside it, at the same time, the unit tests uncompiled and then the wheel check: they have
+# processes, brokers and ports of their own, and the suite's broker tests leave the CPU idle much of
+# the time. Each part's output is printed whole when it ends (--output-sync).
+test: venv jars lint docs alerts
+	$(MAKE) --no-print-directory -j2 --output-sync=target suite beside-suite
+
+suite: venv jars prometheus
+	$(PY) -m pytest -m "not slow" -q $(XDIST)
+
+beside-suite: unit-pure
+	$(MAKE) --no-print-directory wheel-check
 
 # Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
 # itself on 127.0.0.1 with the shipped configuration. Installed here when missing and running as
