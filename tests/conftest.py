@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from streams import config, kafka_local
 from streams.runtime.kafka_io import KafkaConfig
@@ -29,6 +30,12 @@ from streams.runtime.kafka_io import KafkaConfig
 os.environ.setdefault("STREAMS_METRICS_PORT", "0")
 
 STARTED_BY = "started-by-test-session"  # in the broker's folder: the pid of the session that started it
+
+# No Hypothesis deadline: a deadline is a timed assertion, and on a machine shared with other jobs
+# (or beside the suite's other process) an example's time says nothing about the code. Tests that
+# set their own settings keep them; speed is measured by make bench.
+settings.register_profile("crawl-dedup", deadline=None)
+settings.load_profile("crawl-dedup")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -60,8 +67,7 @@ def kafka(pytestconfig: pytest.Config) -> Iterator[KafkaConfig]:
     bootstrap = kafka_local.start(broker)
     yield KafkaConfig(bootstrap)
     if started_here:
-        kafka_local.stop(broker)
-        kafka_local.wipe(broker)
+        _stop_and_wipe(broker)
 
 
 def _shared(broker: kafka_local.LocalBroker) -> str:
@@ -87,9 +93,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     except FileNotFoundError:
         return
     if owner == str(os.getpid()):
-        kafka_local.stop(broker)
-        kafka_local.wipe(broker)
+        _stop_and_wipe(broker)
         (broker.home / f"broker-{broker.port}.lock").unlink(missing_ok=True)
+
+
+def _stop_and_wipe(broker: kafka_local.LocalBroker) -> None:
+    """The session's broker is deleted once stopped, so its clean shutdown buys nothing: a few
+    seconds for it, then SIGKILL (a loaded machine saw 27 s of shutdown)."""
+    kafka_local.stop(broker, timeout_s=3.0)
+    kafka_local.wipe(broker)
 
 
 @pytest.fixture
