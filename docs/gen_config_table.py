@@ -149,6 +149,10 @@ MEANINGS = {
     ("runtime", "heartbeat_interval_s"):
         "how often a worker's Kafka client tells the group it is alive (`heartbeat.interval.ms`, at "
         "most a third of the session); also how soon a worker hears of a rebalance",
+    ("runtime", "restore_processes"):
+        "processes that rebuild shards with no local state from their changelogs at once, when there "
+        "is enough to replay (`streams/runtime/restore.py`); `auto`: one per usable core; 0 or 1: in "
+        "the worker",
     ("topics", "prefix"):
         "prefix of every topic and consumer group name (`crawl.frontier`, ...)",
     ("topics", "replication_factor"):
