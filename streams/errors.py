@@ -49,7 +49,7 @@ class StaleGeneration(ConfigError):
     reshard is under way (:mod:`streams.runtime.generations`)."""
 
     advice = ("wait for the reshard to finish, then start the worker with the shard count it set "
-              "(README, Scaling out)")
+              "(docs/production.md, 'Scaling out')")
 
 
 class ReshardRefused(ConfigError):

@@ -17,7 +17,7 @@ Consumer lag is measured in a thread of its own (:class:`~streams.ops.lag.LagMon
 ``crawl_dedup_consumer_lag_records{stage,group,topic,partition}``: this project's own name, so it
 never collides with kafka_exporter's. Each worker measures every partition its group reads, not only
 its own, so the lag of a dead worker's partitions stays measured by the others (take ``max`` over
-workers, then ``sum``). The full list is in the README (Operations, Monitoring).
+workers, then ``sum``). The full list is in docs/monitoring.md.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
         raise StateError(
             f"local state of {where} is at offset {stored} but the changelog ends at {high}: "
             "the changelog was deleted and recreated, and the state it held with it: rebuild the "
-            "stage's state from its input (README, Reliability, 'Hostile cluster events')"
+            "stage's state from its input (docs/reliability.md, 'Hostile cluster events')"
         )
     start = max(low, 0 if stored is None else stored + 1)
     return None if start >= high else start

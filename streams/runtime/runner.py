@@ -74,7 +74,7 @@ def _check_local_shard_count(directory: Path, shards: int) -> None:
         raise ShardCountMismatch(
             f"local state in {directory} was built with shards={found}, not {shards}; start with "
             f"shards={found}, or move the state to {shards} shards with 'python -m streams reshard' "
-            "(README, 'Scaling out')"
+            "(docs/production.md, 'Scaling out')"
         )
 
 

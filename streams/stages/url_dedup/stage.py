@@ -175,7 +175,7 @@ class UrlDedupStage:
         return ConfigError(
             f"shard {partition} was built with canonicalization {stored}, "
             f"this worker uses {self._version.decode()}: stop all workers and run "
-            "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
+            "'python -m streams url-dedup-migrate' (docs/url-dedup.md, 'Canonicalization upgrades')")
 
 
 def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int,

@@ -64,7 +64,11 @@ def crawls(draw: st.DrawFn) -> list[bytes]:
 
 
 def _stage() -> ContentSeenStage:
-    return ContentSeenStage(ContentSeenSettings(page_cache_mb=1))
+    """Pages analysed in this process (``analysis_processes = 0``), where ``_remembered`` answers for
+    ``analyze_page``: the default, child processes on a machine of two or more cores, would analyse
+    every page of every example again (tests/stages/content_seen/test_content_seen_unit.py shows the
+    children's analyses are the same)."""
+    return ContentSeenStage(ContentSeenSettings(page_cache_mb=1, analysis_processes=0))
 
 
 def _offline(values: list[bytes]) -> dict[str, dict[str, Any]]:
