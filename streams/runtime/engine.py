@@ -377,6 +377,9 @@ class Engine:
                     continue  # fetched before its partition was revoked: not ours to process
                 batch.append(message)
                 by_topic[topic] = by_topic.get(topic, 0) + 1
+            elif error.code() == KafkaError._FATAL:  # the consumer is done for: see Watchdog.session_lost
+                self._watchdog.session_lost(str(error))
+                raise RuntimeFailure(f"consumer: {error}")
             elif error.fatal():
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
