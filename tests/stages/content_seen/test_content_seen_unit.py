@@ -55,6 +55,19 @@ def test_a_shard_built_with_other_settings_is_refused() -> None:
         OfflineDriver(TOPOLOGY, other, store)
 
 
+def test_a_second_offline_run_over_the_same_state_decides_every_line() -> None:
+    """Lines count on from the last run over the same store (its input positions are state): a second
+    run used to start at line 1 again, behind what the first run's progress had covered, and left
+    every compared page waiting for ever (only skipped pages got verdicts)."""
+    store = MemoryStore()
+    pages = simweb.crawl(seed=1, articles=3)
+    first = _verdicts(ContentSeenStage(), store, pages)
+    again = _verdicts(ContentSeenStage(), store, pages)
+    assert len(first) == len(again) == len(pages)
+    compared = [verdict for verdict in again if verdict["verdict"] != "skipped"]
+    assert compared and all(verdict["verdict"] == "duplicate" for verdict in compared)
+
+
 def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     store = MemoryStore()
     _verdicts(ContentSeenStage(), store, simweb.crawl(seed=4, articles=6))
