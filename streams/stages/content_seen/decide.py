@@ -68,10 +68,16 @@ class Decider:
         self.decisions: Counter[str] = context.decisions
 
     def decide(self, record: Decide, message: Message, state: BatchState) -> list[Emit]:
-        """A decide record's page. The engine checks and counts what a processor returns, but its
-        letter for a refused output would name and carry the decide record, from which the page
-        cannot be replayed: so the page's own outputs are checked here first."""
-        page = gather.take(state, message.key() or b"")
+        """A decide record's page (records an earlier version sent; pages are now decided where
+        their horizon is covered, :meth:`decide_covered`)."""
+        return self.decide_covered(state, message.key() or b"")
+
+    def decide_covered(self, state: BatchState, order: bytes) -> list[Emit]:
+        """The page of ``order``, decided by the processor of the record that covered its horizon
+        at its gather shard (a progress or drain record). The engine checks and counts what a
+        processor returns, but its letter for a refused output would name and carry that record,
+        from which the page cannot be replayed: so the page's own outputs are checked here first."""
+        page = gather.take(state, order)
         return self._outputs_or_letter(page.head, page.best, page.first, callback=False)
 
     def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:

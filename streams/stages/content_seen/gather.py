@@ -17,11 +17,13 @@ State keys of a gather shard (besides the block tables, :mod:`streams.stages.con
   shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
 
 A page is decided when the front of the queue reaches it and its horizon is covered
-(:mod:`streams.stages.content_seen.horizon`), by a :class:`Decide` record of its own that the
-gather shard sends itself (:mod:`streams.stages.content_seen.decide`): one page's outputs per shard
-record, so a page whose output its topic refuses becomes a dead letter alone
-(:mod:`streams.runtime.outputs`). The same holds offline, where the one shard's progress follows
-each input line.
+(:mod:`streams.stages.content_seen.horizon`), by the processor of the progress or drain record that
+covered it, in the same transaction (:meth:`Decider.decide_covered
+<streams.stages.content_seen.decide.Decider.decide_covered>`): a page whose output its topic refuses
+becomes a dead letter alone, the others decided with it keep theirs. (Until 2026-11-28 a gather shard
+sent itself a :class:`Decide` record per page, a commit and a fetch more for every page decided this
+way; such records still in a topic are decided as before.) The same holds offline, where the one
+shard's progress follows each input line.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,7 +49,6 @@ from streams.stages.content_seen.horizon import (
 from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
 from streams.stages.content_seen.shard_records import (
-    Decide,
     Drain,
     Notice,
     PageWaits,
@@ -222,14 +223,17 @@ def first_capture(state: BatchState, order: bytes, found: Capture | None) -> boo
 
 
 class Gatherer:
-    """The processor of the records a page's gather shard takes but :class:`Decide` (module
+    """The processor of the records a page's gather shard takes but a :class:`Decide` (module
     docstring), and what the local path does at a gather shard owned here
     (:mod:`streams.stages.content_seen.local`)."""
 
     def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership, pages: PageCache,
-                 topic_index: Mapping[str, int], races: Counter[str]) -> None:
+                 topic_index: Mapping[str, int], races: Counter[str],
+                 decide: Callable[[BatchState, bytes], list[Emit]]) -> None:
         """``topic_index``: each input topic's number among the stage's; ``races``: earlier pages met
-        in time, or late (a page decided already), counted."""
+        in time, or late (a page decided already), counted; ``decide``: a page whose horizon is
+        covered, decided (:meth:`streams.stages.content_seen.decide.Decider.decide_covered`)."""
+        self._decide = decide
         self._shards = shards
         self._owned = owned
         self._ownership = ownership
@@ -325,11 +329,16 @@ class Gatherer:
 
     def _take(self, shard: int, progress: list[tuple[int, RoutingView]], drained: bool,
               state: BatchState) -> list[Emit]:
-        """Take the front of the queue off as far as its horizons are covered, a decide record for
-        each, and ask for more with a drain record past the limit."""
+        """Take the front of the queue off as far as its horizons are covered, each page decided at
+        once, and ask for more with a drain record past the limit.
+
+        At once, not by a decide record to this same shard (as before): a covered horizon means
+        every reply and notice that could change the page's verdict is in this shard's state, so the
+        verdict is the same either way, and a record to itself cost every page decided through
+        progress records (any page of a worker that is not alone) one more commit and fetch."""
+        found, more = ready(state, self._shards.shards, DECISIONS_PER_RECORD, progress, drained)
+        emits = [emit for order in found for emit in self._decide(state, order)]
         shards = self._shards
-        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress, drained)
-        emits = [shards.send(Decide(), order, shard) for order in found]
         if more:
             emits.append(shards.send(Drain(), b"drain", shard))
         return emits

@@ -141,7 +141,8 @@ class ContentSeenStage:
         ownership = Ownership(context.owned, shards.shards, len(topic_index))
         decider = Decider(context, self._pages, self.max_record_bytes)
         relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
-        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches)
+        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches,
+                            decider.decide_covered)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
                         self.max_record_bytes, self.settings.payload_digests)
