@@ -403,6 +403,17 @@ class MemoryConsumer:
         return [TopicPartition(tp.topic, tp.partition, offsets.get((tp.topic, tp.partition), OFFSET_INVALID))
                 for tp in partitions]
 
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        """For "latest" (-1) only, what the runtime asks: each partition's end, as below."""
+        assert all(tp.offset == -1 for tp in partitions)
+        return [TopicPartition(tp.topic, tp.partition, self.get_watermark_offsets(tp)[1])
+                for tp in partitions]
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition,
+                               self.positions.get((tp.topic, tp.partition), OFFSET_INVALID))
+                for tp in partitions]
+
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0,
                               cached: bool = False) -> tuple[int, int]:
         """The partition's end as librdkafka reports it: the last stable offset to a read_committed

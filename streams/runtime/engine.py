@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.access import NO_WATCH, Watch
+from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import BatchState
 from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
 from streams.runtime.commit import Commit, apply
@@ -156,6 +157,7 @@ class Engine:
         heartbeat_ms = int(1000 * settings.heartbeat_interval_s)
         self._consumer = clients.consumer(kafka.consumer(topology.group, **worker_consumer(
             settings.worker_id, session_ms, heartbeat_ms), **watch.client_config()))
+        self._backlogs = Backlogs(self._consumer, self._shard_topics, self._owned.pending)
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
@@ -301,6 +303,7 @@ class Engine:
         self.lifecycle.assigned_now(owned)
         self._warmth.gained([(tp.topic, tp.partition) for tp in partitions])
         self._shards.assigned(partitions)
+        self._backlogs.assigned(partitions)
         self._positions.assigned(partitions)
         self.assignment = owned
         self._assigned = True
@@ -319,6 +322,7 @@ class Engine:
         self._flow.revoked(revoked)
         self._cut.revoked(revoked)
         self._shards.revoked(partitions)
+        self._backlogs.revoked(partitions)
 
     def _punctuate_idle(self) -> bool:
         """With no input to process: run the scheduled callbacks in a transaction of their own when
@@ -396,6 +400,7 @@ class Engine:
         the batch goes on in a new transaction, leaving the last record and the commit the rest.
         """
         batch = self._flow.arrange(batch)
+        self._backlogs.batch_starting()
         budget_s, start, batch_began = self.settings.transaction_timeout_s / 3, 0, time.perf_counter()
         while start < len(batch):
             began = time.perf_counter()
@@ -467,6 +472,7 @@ class Engine:
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
         self._shards.identities.aborted()
         self._routing.aborted()
+        self._backlogs.aborted()
         self._punctuators.aborted()
         self._commit.abort()
         self.counters.aborted_batches += 1

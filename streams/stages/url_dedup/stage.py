@@ -109,7 +109,7 @@ class UrlDedupStage:
             self.decisions["seen"] += 1
             return []
         shard = partition_for(key, self._shard_count)
-        state = self._owned.state(shard)
+        state = self._owned.settled(shard)
         if state is not None:
             return self._decide_at_routing(state, key, url, crawl, record)
         self._routing.note(key)
