@@ -16,7 +16,8 @@ librdkafka moves past control records and aborted transactions, reaches it when 
 been handed to the engine. A batch that starts with the position at that end holds the last of them;
 the shard settles when the next batch starts, since the one before it committed (an abort rewinds
 the input and undoes the promise). Meanwhile its records go through the shard topic, after the
-backlog, as any other worker's would.
+backlog, as any other worker's would. A shard whose group offset is at its end when taken (a clean
+restart, a new stage) has no backlog and settles at once.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from streams.runtime.recovery import watermarks
 log: Final = logging.getLogger(__name__)
 
 LATEST: Final = -1  # ListOffsets' timestamp for a partition's end
+
+
+def _nothing_between(committed: int, end: int) -> bool:
+    """No backlog: the group's committed offset is at the end already, or there is none (the
+    consumer starts at the earliest offset) and the partition never held a record."""
+    return committed >= end or (committed < 0 and end == 0)
 
 
 class Backlogs:
@@ -52,7 +59,10 @@ class Backlogs:
         taken = [TopicPartition(tp.topic, tp.partition, LATEST)
                  for tp in partitions if tp.topic in self._topics]
         if taken:
-            self._ends.update(self._ends_of(taken))
+            committed = self._consumer.committed(taken, timeout=10)
+            starts = {(tp.topic, tp.partition): tp.offset for tp in committed}
+            self._ends.update({key: end for key, end in self._ends_of(taken).items()
+                               if not _nothing_between(starts.get(key, -1), end)})
         self._refresh()
 
     def _ends_of(self, taken: list[TopicPartition]) -> dict[tuple[str, int], int]:

@@ -29,6 +29,7 @@ class Commit:
         self._timeout_s = timeout_s
         self._counters = counters
         self._lifecycle = lifecycle
+        self.commits = 0  # transactions this worker committed since it started
 
     def init_transactions(self, producer: Producer | None = None) -> None:
         """Fence this worker's predecessor (the same transactional id) and abort what it left open,
@@ -88,6 +89,7 @@ class Commit:
         self._watchdog.transactional("commit_transaction", timeout_s,
                                      lambda: producer.commit_transaction(timeout_s))
         producer.poll(0)  # serve any delivery report commit_transaction left queued
+        self.commits += 1
         self._lifecycle.committed([(tp.topic, tp.partition, tp.offset) for tp in committed])
         return changelog_ends
 

@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
-from streams.runtime.access import NO_WATCH, Watch
+from streams.runtime.access import NO_WATCH, Watch, fenced
 from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import BatchState
 from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
@@ -208,8 +208,11 @@ class Engine:
                     break
         except BaseException as error:
             cause = self._watch.cause_of(error, self._producer)
+            joining = self._commit.commits == 0 and not self._watchdog.stop_requested  # before close
             self._close_after_failure(observer, cause or error)
             self.lifecycle.stopped(cause or error)
+            if joining and fenced(error) is not None:
+                self._watchdog.fenced_while_joining(str(error))  # restarts in place, or exits
             if cause is not None:
                 raise cause from error
             raise

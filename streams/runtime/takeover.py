@@ -28,8 +28,9 @@ Who is never fenced, or is fenced harmlessly:
   when it starts (aborting what its predecessor left open) and again just before it joins
   (:meth:`streams.runtime.engine.Engine.start`), so a fence during its warm-up is forgotten. Only a
   fence between that second initialisation and its JoinGroup reaching the coordinator (a fraction
-  of a second, and only when its old session ends just then) fails its first commit: it stops, saying
-  so, and started again goes on from its last commit.
+  of a second, when its old session ends just then: seen in a rolling restart whose warm-up took
+  the session's length) fails its first commit: having committed nothing, it restarts in place
+  (:meth:`streams.runtime.watchdog.Watchdog.fenced_while_joining`) and joins again.
 
 Fencing a worker that was only slow (paused past its session with a transaction open) is safe: its
 partitions were already given away, its next transactional call fails as fenced, it stops with that

@@ -206,6 +206,16 @@ class Watchdog:
         log.error("the consumer lost its group session and cannot rejoin (%s)", error)
         (self._on_stop if self.stop_requested else self._on_wedged)()
 
+    def fenced_while_joining(self, error: str) -> None:
+        """The producer was fenced before this worker committed anything: a worker that took its
+        shards while it was away fenced its id (:mod:`streams.runtime.takeover`) just after it
+        initialised its transactions, as it was joining. Nothing of this run was committed; a new
+        producer must be initialised, so the same action as for a lost session. Called once the
+        engine is closed (which requests a stop), only when no stop was requested before."""
+        log.error("fenced before this worker's first commit, by the worker that took its shards while "
+                  "it was away (%s)", error)
+        self._on_wedged()
+
     def _act(self, name: str) -> None:
         overrun = "a stop signal is pending" if self.stop_requested else "no stop requested"
         log.error("%s has not returned %.0f s past its timeout: the Kafka client is wedged "

@@ -21,6 +21,11 @@ class Offsets:
 
     ends: dict[int, int]
     positions: dict[int, int] = field(default_factory=dict)
+    commits: dict[int, int] = field(default_factory=dict)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.commits.get(tp.partition, -1001))
+                for tp in partitions]
 
     def offsets_for_times(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, self.ends[tp.partition]) for tp in partitions]
@@ -30,8 +35,9 @@ class Offsets:
                 for tp in partitions]
 
 
-def _taken(ends: dict[int, int]) -> tuple[Offsets, Backlogs, OwnedShards]:
-    offsets = Offsets(ends)
+def _taken(ends: dict[int, int], commits: dict[int, int] | None = None
+           ) -> tuple[Offsets, Backlogs, OwnedShards]:
+    offsets = Offsets(ends, commits=commits or {})
     owned = OwnedShards({shard: MemoryStore() for shard in ends})
     backlogs = Backlogs(offsets, [SHARDS], owned.pending)  # type: ignore[arg-type]
     backlogs.assigned([TopicPartition(SHARDS, shard) for shard in ends]
@@ -73,12 +79,23 @@ def test_an_aborted_batch_undoes_the_promise() -> None:
 
 
 def test_a_revoked_shard_is_not_pending_and_a_shard_taken_again_waits_again() -> None:
-    offsets, backlogs, owned = _taken({0: 5, 1: 0})
+    offsets, backlogs, owned = _taken({0: 5, 1: 7})
     backlogs.revoked([TopicPartition(SHARDS, 0)])
     assert owned.pending == {1}
     offsets.ends[0] = 8
     backlogs.assigned([TopicPartition(SHARDS, 0)])
-    offsets.positions = {0: 5, 1: 0}
+    offsets.positions = {0: 5, 1: 7}
     backlogs.batch_starting()
     backlogs.batch_starting()
     assert owned.pending == {0}
+
+
+@pytest.mark.parametrize(("ends", "commits", "pending"), [
+    ({0: 5, 1: 9}, {0: 5, 1: 3}, {1}),   # the group's offset at the end: nothing routed waits
+    ({0: 0, 1: 9}, {}, {1}),             # no offset, an empty partition: nothing either
+    ({0: 4}, {}, {0}),                   # no offset, records from the start: they wait
+])
+def test_a_shard_with_nothing_routed_to_it_waiting_settles_at_once(
+        ends: dict[int, int], commits: dict[int, int], pending: set[int]) -> None:
+    _, _, owned = _taken(ends, commits)
+    assert owned.pending == pending

@@ -9,6 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
+import pytest
+from confluent_kafka import KafkaException
+
 from streams.config import RuntimeSettings
 from streams.runtime.clients import KafkaClients
 from streams.runtime.engine import Engine
@@ -194,3 +197,26 @@ def test_a_worker_fenced_while_it_warmed_up_joins_with_its_own_transactions() ->
     keys = Counter(message.key() for message in broker.committed_records("out"))
     assert len(keys) == 20
     w0.close()
+
+
+def test_a_worker_fenced_as_it_joins_restarts_in_place_having_committed_nothing() -> None:
+    """The takeover's fence landing between the worker's last ``init_transactions`` and its first
+    commit (its old session ended just as it rejoined): nothing of the run was committed, so the
+    worker restarts in place (the watchdog's action) instead of stopping for a supervisor."""
+    broker = MemoryKafka()
+    create_topics(broker, plain_topology(), 4, 4)
+    w0 = _engine(broker, "w0", {}, replicas=0)
+    acted: list[str] = []
+    w0._watchdog._on_wedged = lambda: acted.append("restart")
+    subscribe = w0._subscribe
+
+    def fenced_then_subscribe() -> None:
+        broker.producer({"transactional.id": "g.w0"}).init_transactions()  # the takeover's fence
+        subscribe()
+
+    w0._subscribe = fenced_then_subscribe  # type: ignore[method-assign]
+    _feed(broker, range(4))
+    with pytest.raises(KafkaException, match="fenced"):
+        w0.run(idle_exit_s=5.0)
+    assert acted == ["restart"]
+    assert broker.committed_records("out") == []
