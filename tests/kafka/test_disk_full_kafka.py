@@ -21,17 +21,19 @@ import pytest
 from streams.runtime.kafka_io import KafkaConfig
 from testing import disks
 from testing import reliability as r
+from testing.workers import Worker, count
+from testing.workload import FRONTIER, Phase, Workload, frontier
 
 pytestmark = pytest.mark.kafka
 
 FULL_S = 300.0
 
 
-def _error_lines(worker: r.Worker) -> list[str]:
+def _error_lines(worker: Worker) -> list[str]:
     return [line for line in worker.runs()[-1].splitlines() if line.startswith("error:")]
 
 
-def _stopped_for_the_disk(worker: r.Worker, state_dir: Path) -> str:
+def _stopped_for_the_disk(worker: Worker, state_dir: Path) -> str:
     """The worker's last run ended with status 2 and one line about the disk, no traceback."""
     code = worker.wait(FULL_S)
     log = worker.runs()[-1]
@@ -47,9 +49,9 @@ def _stopped_for_the_disk(worker: r.Worker, state_dir: Path) -> str:
 
 @pytest.mark.slow
 def test_state_directory_fills_mid_stream(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> None:
-    urls = r.frontier(seed=61, distinct=60_000, total=80_000)
+    urls = frontier(seed=61, distinct=60_000, total=80_000)
     first, second = urls[:40_000], urls[40_000:]
-    work = r.Workload([r.Phase({r.FRONTIER: first}), r.Phase({r.FRONTIER: second})])
+    work = Workload([Phase({FRONTIER: first}), Phase({FRONTIER: second})])
     env = {"STREAMS_RUNTIME_ROCKSDB_MEMTABLE_MB": "1", "STREAMS_URL_DEDUP_EXPECTED_URLS": "100000",
            "STREAMS_METRICS_ENABLED": "false"}
     deployment = r.Deployment(kafka, prefix, tmp_path, work, stages=("url-dedup",), env=env,
@@ -61,7 +63,7 @@ def test_state_directory_fills_mid_stream(kafka: KafkaConfig, prefix: str, tmp_p
             deployment.produce_phase(0)
             assert worker.start().wait(FULL_S) == 0, worker.tail()
             assert deployment.done("url-dedup")
-            decided = r.count(kafka, deployment.topics.new_urls)
+            decided = count(kafka, deployment.topics.new_urls)
             ballast = disks.fill(deployment.state_dir, leave_bytes=64 * 1024)
             deployment.produce_phase(1)
             line = _stopped_for_the_disk(worker.start(), deployment.state_dir)
