@@ -21,6 +21,9 @@ To the gather shard of a page, by its order key (where the page waits):
 - :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
   step).
 
+To the shard of a URL's key: :class:`~streams.stages.content_seen.last_verdicts.LastVerdict`, the
+verdict of a page of that URL (kept there for ``crawl-dedup status``).
+
 The protocol rests on their order within a partition: a page's record precedes its replies, a
 progress record follows the replies and notices of the probes it vouches for, a mark follows the
 probes of the transaction it reports (the horizon argument). One topic keeps all of them in one
@@ -41,6 +44,7 @@ from typing import Any, Self
 from streams.pages.sketch import SKETCH_BYTES
 from streams.stages.content_seen.buckets import Match, Page
 from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.last_verdicts import LastVerdict
 from streams.stages.content_seen.waiting import decode_head, decode_match, encode_match
 
 _PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
@@ -191,4 +195,4 @@ class Decide:
         return cls()
 
 
-RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide)
+RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide, LastVerdict)

@@ -59,7 +59,8 @@ def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     store = MemoryStore()
     _verdicts(ContentSeenStage(), store, simweb.crawl(seed=4, articles=6))
     kinds = {key[:1] for key, _ in store.items()}
-    assert kinds <= {b"t", b"s", b"m"}, kinds  # buckets, records, metadata; no page or progress left
+    # buckets, records, last verdicts, metadata; no page or progress left
+    assert kinds <= {b"t", b"s", b"u", b"m"}, kinds
 
 
 @pytest.mark.parametrize(("recorded", "named"), [
