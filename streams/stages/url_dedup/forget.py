@@ -9,6 +9,12 @@ URL prefix, or marked seen before a time, within one crawl. The command:
    shard topic of its current generation, all in one transaction: every shard gets it, or none;
 3. reads the replies (read_committed) until every shard has answered, and returns their counts.
 
+With ``--recrawl`` each shard also writes every URL it lets go back to the frontier (a frontier
+record of its canonical form and crawl), in the transaction that lets it go: its next sighting is
+then at once, and the stage emits it to new-urls again, exactly once, with no crawler having to
+find it again. The seen-set keeps URLs, not requests: what a crawler attached to the first request
+(a Scrapy callback, meta) is not in it.
+
 Killing the command after step 2 changes nothing: the shards apply the forget all the same (run it
 again to learn a count: what the first one let go is new already, and counts 0). A shard with no
 worker applies it when one starts; the command says which shards did not answer in time.
@@ -16,6 +22,7 @@ worker applies it when one starts; the command says which shards did not answer 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -87,13 +94,15 @@ def shard_topic(kafka: KafkaConfig, topics: Topics, app_id: str) -> tuple[str, i
     return name, len(found.partitions)
 
 
-def forget(kafka: KafkaConfig, topics: Topics, app_id: str, selection: Selection,
-           wait_s: float) -> ForgetReport:
+def forget(kafka: KafkaConfig, topics: Topics, app_id: str, selection: Selection, wait_s: float,
+           recrawl: bool = False) -> ForgetReport:
     """Apply ``selection`` at the shards of the URL stage of ``app_id`` (every shard, or those of the
-    URLs named); wait up to ``wait_s`` for their replies."""
+    URLs named); wait up to ``wait_s`` for their replies. ``recrawl``: each shard also writes every
+    URL it lets go to the frontier, in the same transaction, so each comes out of new-urls again
+    without waiting for a crawler to find it."""
     topic, shards = shard_topic(kafka, topics, app_id)
     request = uuid.uuid4().hex
-    controls = _per_shard(Control("forget", request, selection), shards)
+    controls = _per_shard(Control("forget", request, selection, recrawl), shards)
     report = ForgetReport(request, frozenset(controls))
     replies = topics.named(REPLIES)
     ensure_topics(kafka, [TopicSpec(replies, 1, {"retention.ms": str(REPLY_RETENTION_MS)})])
@@ -112,7 +121,7 @@ def _per_shard(control: Control, shards: int) -> dict[int, Control]:
     by_shard: dict[int, set[bytes]] = {}
     for key in selection.keys:
         by_shard.setdefault(partition_for(key, shards), set()).add(key)
-    return {shard: Control(control.op, control.request, Selection(frozenset(keys), crawl=selection.crawl))
+    return {shard: dataclasses.replace(control, selection=Selection(frozenset(keys), crawl=selection.crawl))
             for shard, keys in by_shard.items()}
 
 

@@ -59,8 +59,8 @@ def run(args: argparse.Namespace, settings: UrlDedupSettings, topics: Topics, ap
     if selection.prefix is not None:
         _note_prefix(selection.prefix, settings)
     kafka = kafka_config(args.config)
-    report = forget(kafka, topics, app_id, selection, args.wait_s)
-    return _print(report, kafka, topics, app_id, args.wait_s)
+    report = forget(kafka, topics, app_id, selection, args.wait_s, args.recrawl)
+    return _print(report, kafka, topics, app_id, args.wait_s, args.recrawl)
 
 
 def _note_prefix(prefix: str, settings: UrlDedupSettings) -> None:
@@ -74,14 +74,16 @@ def _note_prefix(prefix: str, settings: UrlDedupSettings) -> None:
               f"is {found!r}", file=sys.stderr)
 
 
-def _print(report: ForgetReport, kafka: KafkaConfig, topics: Topics, app_id: str, wait_s: float) -> int:
+def _print(report: ForgetReport, kafka: KafkaConfig, topics: Topics, app_id: str, wait_s: float,
+           recrawl: bool) -> int:
     errors = sorted(set(report.errors.values()))
     if errors:
         print(f"forget: refused by the stage: {'; '.join(errors)}", file=sys.stderr)
         return 2
     shards = f"{len(report.answered)} shard{'s' if len(report.answered) != 1 else ''}"
     if not report.missing:
-        print(f"forgot {report.forgotten} URLs ({shards} applied it): they are new again")
+        again = "written to the frontier again" if recrawl else "new again"
+        print(f"forgot {report.forgotten} URLs ({shards} applied it): they are {again}")
         return 0
     print(f"forgot {report.forgotten} URLs in the {shards} that answered; shards {report.missing} did not "
           f"answer within {wait_s:g} s ({_who(report.missing, kafka, topics, app_id)}): the forget waits in "

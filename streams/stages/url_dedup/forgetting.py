@@ -30,16 +30,21 @@ URL seen again meanwhile is marked afresh (its mark is newer than the forget, wh
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
 
+from streams import records
 from streams.errors import RecordRejected, ReshardRefused
+from streams.records import RecordKind
 from streams.runtime.api import BatchState, Emit, KeyedMove, Message, Placed, RoutingMemory, partition_for
-from streams.stages.url_dedup.marks import Selection, seen_at_ms
+from streams.stages.url_dedup.marks import Selection, scoped_url, seen_at_ms
+from streams.urls import canonical
 
 CONTROL_KEY: Final = b"url-dedup:control"
 FORGETTING_KEY: Final = b"meta:forgetting"
@@ -54,11 +59,14 @@ class Control:
     op: str
     request: str
     selection: Selection | None = None
+    recrawl: bool = False  # each URL let go goes back to the frontier too
 
     def encode(self) -> bytes:
         found: dict[str, Any] = {"op": self.op, "request": self.request}
         if self.selection is not None:
             found["selection"] = self.selection.to_json()
+        if self.recrawl:
+            found["recrawl"] = True
         return orjson.dumps(found)
 
     @classmethod
@@ -67,11 +75,12 @@ class Control:
             found = orjson.loads(raw)
             op, request = found["op"], str(found["request"])
             selection = Selection.from_json(found["selection"]) if op == "forget" else None
+            recrawl = bool(found.get("recrawl"))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise RecordRejected("invalid_shard_record", f"an unreadable control record: {error}") from error
         if op not in ("forget", "continue") or not request:
             raise RecordRejected("invalid_shard_record", f"a control record of no known kind: {op!r}")
-        return cls(op, request, selection)
+        return cls(op, request, selection, recrawl)
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,7 @@ class Pending:
     since_ms: int
     after: bytes = b""
     forgotten: int = 0
+    recrawl: bool = False
 
     def selects(self, key: bytes, value: bytes) -> bool:
         """A mark this forget lets go: selected, and older than the forget (a URL seen again since
@@ -102,13 +112,14 @@ def pending(state: BatchState) -> dict[str, Pending]:
 def decode_pending(raw: bytes) -> dict[str, Pending]:
     found = orjson.loads(raw)
     return {request: Pending(Selection.from_json(each["selection"]), int(each["since_ms"]),
-                             bytes.fromhex(each["after"]), int(each["forgotten"]))
+                             bytes.fromhex(each["after"]), int(each["forgotten"]), bool(each.get("recrawl")))
             for request, each in found.items()}
 
 
 def _encode_pending(forgets: dict[str, Pending]) -> bytes:
     return orjson.dumps({request: {"selection": each.selection.to_json(), "since_ms": each.since_ms,
-                                   "after": each.after.hex(), "forgotten": each.forgotten}
+                                   "after": each.after.hex(), "forgotten": each.forgotten,
+                                   "recrawl": each.recrawl}
                          for request, each in forgets.items()})
 
 
@@ -121,7 +132,7 @@ def forgotten_meanwhile(state: BatchState, key: bytes, value: bytes) -> bool:
     forgets = decode_pending(raw)
     for request, each in forgets.items():
         if each.selects(key, value):
-            forgets[request] = Pending(each.selection, each.since_ms, each.after, each.forgotten + 1)
+            forgets[request] = dataclasses.replace(each, forgotten=each.forgotten + 1)
             state.set(FORGETTING_KEY, _encode_pending(forgets))
             return True
     return False
@@ -130,13 +141,15 @@ def forgotten_meanwhile(state: BatchState, key: bytes, value: bytes) -> bool:
 class Forgetter:
     """The processor of control records at a shard (see the module docstring)."""
 
-    def __init__(self, shards_topic: str, replies_topic: str, memory: RoutingMemory, events: Counter[str],
-                 clock_ms: Callable[[], int], keeps_urls: bool, shard_count: Callable[[], int],
-                 part_entries: int = PART_ENTRIES) -> None:
+    def __init__(self, shards_topic: str, replies_topic: str, frontier_topic: str, memory: RoutingMemory,
+                 events: Counter[str], clock_ms: Callable[[], int], keeps_urls: bool,
+                 shard_count: Callable[[], int], part_entries: int = PART_ENTRIES) -> None:
         """``keeps_urls``: the seen-set keeps marks (exact mode), which a Bloom filter alone does not;
-        ``shard_count``: the stage's shard count when a record is processed."""
+        ``shard_count``: the stage's shard count when a record is processed; ``frontier_topic``: where
+        a forget with ``recrawl`` sends each URL it lets go."""
         self._shards_topic = shards_topic
         self._replies = replies_topic
+        self._frontier = frontier_topic
         self._memory = memory
         self._events = events
         self._clock_ms = clock_ms
@@ -154,7 +167,7 @@ class Forgetter:
             if not self._keeps_urls:
                 return [self._reply(control.request, shard, 0, "this seen-set is a Bloom filter alone "
                                     "(seen_set = bloom): it cannot let URLs go")]
-            forgets[control.request] = Pending(control.selection, self._clock_ms())
+            forgets[control.request] = Pending(control.selection, self._clock_ms(), recrawl=control.recrawl)
         current = forgets.get(control.request)
         if current is None:
             return []  # a part of a forget that has finished (a record left behind: none is)
@@ -164,52 +177,64 @@ class Forgetter:
               state: BatchState) -> list[Emit]:
         """One part of the forget ``request`` in ``shard``: its reply when it is done, else the record
         of its next part."""
+        gone: list[bytes] = []  # the marks let go
+        after: bytes | None = None
         if current.selection.by_keys:
-            count, after = self._named(current.selection, shard, state), None
+            self._named(current.selection, shard, state, gone)
         else:
-            count, after = self._scan(current, state)
-        self._events["forgotten"] += count
-        forgotten = current.forgotten + count
+            after = self._scan(current, state, gone)
+        self._events["forgotten"] += len(gone)
+        forgotten = current.forgotten + len(gone)
         if after is None:
             del forgets[request]
         else:
-            forgets[request] = Pending(current.selection, current.since_ms, after, forgotten)
+            forgets[request] = dataclasses.replace(current, after=after, forgotten=forgotten)
         if forgets:
             state.set(FORGETTING_KEY, _encode_pending(forgets))
         elif state.get(FORGETTING_KEY) is not None:
             state.delete(FORGETTING_KEY)
+        emits = [self._recrawl(mark) for mark in gone] if current.recrawl else []
         if after is not None:
-            return [Emit(self._shards_topic, Control("continue", request).encode(), CONTROL_KEY, shard)]
-        return [self._reply(request, shard, forgotten, None)]
+            then = Control("continue", request).encode()
+            return [*emits, Emit(self._shards_topic, then, CONTROL_KEY, shard)]
+        return [*emits, self._reply(request, shard, forgotten, None)]
 
-    def _named(self, selection: Selection, shard: int, state: BatchState) -> int:
-        shards, count = self._shard_count(), 0
+    def _named(self, selection: Selection, shard: int, state: BatchState, gone: list[bytes]) -> None:
+        shards = self._shard_count()
         for key in selection.keys:
-            if partition_for(key, shards) == shard and state.get(key) is not None:
+            value = state.get(key) if partition_for(key, shards) == shard else None
+            if value is not None:
                 state.delete(key)
-                count += 1
-        return count
+                gone.append(value)
 
-    def _scan(self, current: Pending, state: BatchState) -> tuple[int, bytes | None]:
+    def _scan(self, current: Pending, state: BatchState, gone: list[bytes]) -> bytes | None:
         """Delete the marks the forget selects among the next ``part_entries`` of the shard, and those
-        written in the open transaction; the last fingerprint scanned when more remain, else None."""
+        written in the open transaction (into ``gone``); the last fingerprint scanned when more
+        remain, else None."""
         writes, store = state.writes, state.store
-        count = 0
         for key, value in list(writes.items()):  # marks of this transaction, not yet in the store
             if (len(key) == KEY_BYTES and value is not None and store.get(key) is None
                     and current.selects(key, value)):
                 state.delete(key)
-                count += 1
+                gone.append(value)
         previous = current.after
         for scanned, (key, value) in enumerate(_stored_marks(state, current.after)):
             if scanned == self._part_entries:
-                return count, previous
+                return previous
             previous = key
             now = writes.get(key, value)
             if now is not None and current.selects(key, now):
                 state.delete(key)
-                count += 1
-        return count, None
+                gone.append(now)
+        return None
+
+    def _recrawl(self, mark: bytes) -> Emit:
+        """A URL let go, back to the frontier: its next sighting, now (``forget --recrawl``)."""
+        crawl, url = canonical.unscoped(scoped_url(mark) or "")
+        record = {"url": url, "crawl": crawl or None,
+                  "discovered_at": records.rfc3339(datetime.fromtimestamp(self._clock_ms() / 1000, UTC))}
+        value = records.encode(RecordKind.FRONTIER_URL, record)
+        return Emit(self._frontier, value, canonical.host_of(url).encode())
 
     def _reply(self, request: str, shard: int, forgotten: int, error: str | None) -> Emit:
         value = orjson.dumps({"request": request, "shard": shard, "forgotten": forgotten, "error": error})

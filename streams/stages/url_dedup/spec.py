@@ -77,6 +77,9 @@ def _forget_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--crawl", default="", metavar="NAME",
                          help="the crawl the URLs belong to (a frontier record's crawl; default: the "
                               "unnamed crawl)")
+    command.add_argument("--recrawl", action="store_true",
+                         help="also write every URL let go back to the frontier, in the same transaction: "
+                              "each comes out of new-urls again now, without a crawler finding it")
     command.add_argument("--wait-s", type=float, default=600.0,
                          help="how long to wait for every shard's owner to apply it (default 600)")
     _migrate_options(command)

@@ -144,9 +144,9 @@ class UrlDedupStage:
         self._new_urls = context.output("new-urls")
         self.decisions, self.events = context.decisions, context.events
         self._routing = context.routing_memory(max(1, self.settings.route_cache_urls))
-        self._forgetter = Forgetter(self._shards_topic, context.output(REPLIES), self._routing, self.events,
-                                    self._now_ms, self._keep_urls, lambda: self._shard_count,
-                                    max(1, self.settings.forget_part_marks))
+        self._forgetter = Forgetter(self._shards_topic, context.output(REPLIES), context.input_topics[0],
+                                    self._routing, self.events, self._now_ms, self._keep_urls,
+                                    lambda: self._shard_count, max(1, self.settings.forget_part_marks))
         return Processors(route=self.route, shards={"shards": self.process})
 
     def _now_ms(self) -> int:

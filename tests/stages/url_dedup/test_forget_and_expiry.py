@@ -222,6 +222,28 @@ def test_a_url_decided_before_a_forget_in_the_same_transaction_is_let_go_by_it()
     assert worker.new([url]) == [url]
 
 
+def test_a_forget_with_recrawl_writes_each_url_it_lets_go_to_the_frontier() -> None:
+    worker = Worker(part_entries=5)
+    worker.new(URLS[:20])
+    named = "http://a.example/blog/1"
+    worker.route(named, crawl="c1")
+    worker.commit()
+    worker.clock.now_s += 1.0
+    requeued: list[dict[str, object]] = []
+    for shard in range(SHARDS):
+        selection = Selection(prefix="http://a.example/blog/1", crawl="c1")
+        pending = [Control("forget", "r", selection, recrawl=True)]
+        while pending:
+            for emit in worker.control(pending.pop(), shard):
+                if emit.topic == SHARD_TOPIC:
+                    pending.append(Control.decode(emit.value or b""))
+                elif emit.topic == "t.frontier":
+                    requeued.append(orjson.loads(emit.value or b""))
+            worker.commit()
+    assert [(r["url"], r["crawl"]) for r in requeued] == [(named, "c1")]
+    assert [e.topic for e in worker.route(named, crawl="c1")] == ["t.new-urls"]
+
+
 def test_a_bloom_only_seen_set_refuses_to_forget() -> None:
     worker = Worker(UrlDedupSettings(seen_set="bloom"))
     [reply] = worker.control(Control("forget", "r", Selection(host="a.example")), 0)
