@@ -65,7 +65,7 @@ class WorkerStatus:
         if len(key) != KEY_BYTES:
             return 400, {"error": "ask /status?key=<the 16-byte state key in hex>", "stage": stage}
         shard = partition_for(key, engine.settings.shards)
-        facts = {"stage": stage, "shard": shard, "worker": worker}
+        facts = {"stage": stage, "group": engine.group, "shard": shard, "worker": worker}
         store = engine.stores.get(shard)
         if store is None:
             job = engine.lifecycle.recovery.get(shard)

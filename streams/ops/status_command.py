@@ -3,7 +3,11 @@
 For each URL and each stage that keeps state by URL (``StageSpec.status_key``: the URL stage, the
 revisit stage, the page stage), the command computes the URL's state key as the stage does, the
 shard of that key, finds the worker owning that shard in the stage's consumer group
-(:mod:`streams.ops.owners`) and asks it over HTTP (``/status``, :mod:`streams.ops.status`). The URL
+(:mod:`streams.ops.owners`) and asks it over HTTP (``/status``, :mod:`streams.ops.status`). Every
+stage's group is described in one request, which names the shard topic its members are assigned
+(the current generation's) and, every partition being assigned, the shard count: a question costs
+that request and one HTTP request per stage that runs, nothing else (a client asking several URLs
+describes the groups once, and again only when an owner moved). The URL
 stage answers whether the URL is seen and since when; the revisit stage its last fetch, its next and
 its last change; the page stage its last verdict. A worker that no longer owns the shard (a
 rebalance) or is still recovering it answers so, and the group is asked again until ``timeout_s``.
@@ -19,7 +23,8 @@ import http.client
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,124 +33,141 @@ from confluent_kafka.admin import AdminClient
 from streams import config, registry
 from streams.cluster import kafka_config
 from streams.errors import RecordRejected, StreamsError
-from streams.ops.owners import Owner, Owners, shard_owners
-from streams.runtime.generations import current_topics
+from streams.kafka_release import cache_root
+from streams.ops.owners import Owner, OwnersCache, describe
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.partitioner import partition_for
 from streams.spec import StageSpec
 from streams.topics import Topics
 
 URL_STAGE = "url-dedup"
+OWNERS_CACHE = "status-owners.json"
 RETRY_S = 0.05
 _WHERE = frozenset({"stage", "shard", "worker", "address"})  # where an answer came from
 HTTP_TIMEOUT_S = 5.0
+# A new client's first request goes to the group's coordinator, a broker the client has only just
+# learned of, and librdkafka waits reconnect.backoff.ms (100 ms, jittered) before connecting to it:
+# half of a question's time. 10 ms measured 56 -> 17 ms for a new client's first DescribeGroups
+# (median of 25 on a loaded machine). Settings passed through win.
+QUICK_RETRIES = {"reconnect.backoff.ms": 10, "retry.backoff.ms": 10}
 
 
 class NoAnswer(StreamsError):
     """A stage's owner of a URL's shard could not be found, or did not answer, in time."""
 
 
-@dataclass(frozen=True)
-class _Stage:
-    spec: StageSpec
-    settings: Any
-    shard_topic: str
-    shards: int  # 0: the stage never ran here (no shard topic)
-
-
 class StatusClient:
     """Asks the stages about URLs; keeps what it learned of their groups between questions."""
 
     def __init__(self, kafka: KafkaConfig, topics: Topics, app_id: str, settings: dict[str, Any],
-                 timeout_s: float = 10.0) -> None:
-        """``settings``: each stage's own (its ``[section]``), by stage name, as its workers have them."""
-        self._kafka, self._topics, self._app_id = kafka, topics, app_id
-        self._admin = AdminClient(kafka.admin())
+                 timeout_s: float = 10.0, cache: Path | None = None) -> None:
+        """``settings``: each stage's own (its ``[section]``), by stage name, as its workers have them
+        (a stage not named: its defaults); ``cache``: where owners are kept between commands
+        (:class:`~streams.ops.owners.OwnersCache`; None: described afresh)."""
+        self._topics, self._app_id = topics, app_id
+        self._kafka = kafka
+        self._admin: AdminClient | None = None  # made when the cluster is first asked
         self._timeout_s = timeout_s
-        self._settings = settings
-        self._stages: dict[str, _Stage] = {}
-        self._owners: dict[str, Owners] = {}
+        self._specs = {spec.name: spec for spec in registry.STAGES if spec.status_key is not None}
+        self._settings = {name: settings[name] if name in settings else _defaults(spec)
+                          for name, spec in self._specs.items()}
+        self._cache = OwnersCache(cache, kafka.bootstrap_servers)
+        self._groups = {name: topics.group(app_id, name) for name in self._specs}
+        cached = self._cache.load(self._groups.values())
+        self._owners = {name: cached[group] for name, group in self._groups.items() if group in cached}
+        self._described: set[str] = set()  # the stages whose groups this client described
 
     def ask(self, url: str, crawl: str = "") -> dict[str, Any]:
         """What the stages say of ``url`` (of crawl ``crawl``): the URL stage's answer, with the other
         stages' under their names; ``error`` instead when the URL stage cannot answer."""
-        stage = self._stage(registry.spec(URL_STAGE))
+        missing = [name for name in self._specs if name not in self._owners]
+        if missing:
+            self._describe(missing)  # in one request
         try:
-            key, canonical_url = self._key(stage, url, crawl)
+            key, canonical_url = self._key(URL_STAGE, url, crawl)
         except RecordRejected as rejected:
             return {"url": url, "crawl": crawl, "error": f"{rejected.reason}: {rejected.detail}"}
         found: dict[str, Any] = {"url": url, "crawl": crawl, "canonical": canonical_url,
                                  "fingerprint": key.hex()}
         try:
-            found.update(self._answer(stage, key))
+            found.update(self._answer(URL_STAGE, key))
         except NoAnswer as missing:
             return {**found, "error": str(missing)}
         unavailable: dict[str, str] = {}
-        for spec in registry.STAGES:
-            if spec.status_key is None or spec.name == URL_STAGE:
-                continue
-            found[_field(spec.name)] = self._other(self._stage(spec), url, crawl, unavailable)
+        for name in self._specs:
+            if name != URL_STAGE:
+                found[_field(name)] = self._other(name, url, crawl, unavailable)
         if unavailable:
             found["unavailable"] = unavailable
         return found
 
-    def _other(self, stage: _Stage, url: str, crawl: str, unavailable: dict[str, str]) -> Any:
+    def _other(self, name: str, url: str, crawl: str, unavailable: dict[str, str]) -> Any:
         """Another stage's answer (its own fields, without where it came from), None when it keeps
         nothing of the URL or cannot be asked (then ``unavailable`` says why)."""
         try:
-            key, _ = self._key(stage, url, crawl)
-            answer = self._answer(stage, key)
+            key, _ = self._key(name, url, crawl)
+            answer = self._answer(name, key)
         except RecordRejected:
             return None
         except NoAnswer as missing:
-            unavailable[stage.spec.name] = str(missing)
+            unavailable[name] = str(missing)
             return None
-        found = {name: value for name, value in answer.items() if name not in _WHERE}
+        found = {field: value for field, value in answer.items() if field not in _WHERE}
         return next(iter(found.values())) if len(found) == 1 else found
 
-    def _key(self, stage: _Stage, url: str, crawl: str) -> tuple[bytes, str]:
-        assert stage.spec.status_key is not None
-        return stage.spec.status_key(self._settings.get(stage.spec.name), url, crawl)
+    def _key(self, name: str, url: str, crawl: str) -> tuple[bytes, str]:
+        status_key = self._specs[name].status_key
+        assert status_key is not None
+        return status_key(self._settings[name], url, crawl)
 
-    def _stage(self, spec: StageSpec) -> _Stage:
-        found = self._stages.get(spec.name)
-        if found is None:
-            current = current_topics(self._kafka, self._topics, self._app_id, spec.name)
-            topic = current.internal(self._app_id, spec.name, spec.internal[0].name)
-            metadata = self._admin.list_topics(topic, timeout=self._timeout_s).topics.get(topic)
-            shards = 0 if metadata is None or metadata.error is not None else len(metadata.partitions)
-            found = self._stages[spec.name] = _Stage(spec, self._settings.get(spec.name), topic, shards)
-        return found
+    def _describe(self, names: list[str]) -> None:
+        topics, app = self._topics, self._app_id
+        if self._admin is None:
+            self._admin = AdminClient({**QUICK_RETRIES, **self._kafka.admin()})
+        groups = {self._groups[name]: partial(topics.is_internal, app_id=app, stage=name,
+                                              name=self._specs[name].internal[0].name)
+                  for name in names}
+        described = describe(self._admin, groups, self._timeout_s)
+        for name in names:
+            self._owners[name] = described[self._groups[name]]
+        self._described.update(names)
+        self._cache.save(described.values())
 
-    def _answer(self, stage: _Stage, key: bytes) -> dict[str, Any]:
+    def _answer(self, name: str, key: bytes) -> dict[str, Any]:
         """The stage's answer for ``key`` from the owner of its shard, asking the group again while
         the owner is moving or recovering, until the timeout."""
-        name = stage.spec.name
-        if not stage.shards:
-            raise NoAnswer(f"the {name} stage has not run with this app id and topic prefix "
-                           f"(no topic {stage.shard_topic})")
-        shard = partition_for(key, stage.shards)
         deadline = time.monotonic() + self._timeout_s
-        why = ""
         while True:
-            owners = self._owners.get(name)
-            if owners is None:
-                owners = self._owners[name] = shard_owners(
-                    self._admin, self._topics.group(self._app_id, name), stage.shard_topic, self._timeout_s)
-            owner = owners.shards.get(shard)
-            if owner is None:
-                why = owners.describe_missing(shard, name)
-                if not owners.members:
-                    raise NoAnswer(why)
+            if name not in self._owners:
+                self._describe([name])
+            owners = self._owners[name]
+            count = owners.shard_count
+            if not owners.members and (name in self._described or name != URL_STAGE):
+                raise NoAnswer(owners.describe_missing(0, name))  # (the URL stage's, from the cache: ask)
+            if not owners.members:
+                why = owners.describe_missing(0, name)
+            elif count is None:
+                why = (f"the group of the {name} stage ({owners.group}, {owners.state.lower()}) has not "
+                       "settled: no worker owns every shard yet")
             else:
+                shard = partition_for(key, count)
+                owner = owners.shards[shard]
                 code, found, why = _get(owner, key, shard, name)
-                if code == 200:
+                if code == 200 and found.get("group") == owners.group:
                     found.pop("stage", None)
-                    return {**found, "shard": shard, "worker": owner.worker, "address": owner.address}
+                    found.pop("group", None)
+                    return {**found, "worker": owner.worker, "address": owner.address}
+                if code == 200:  # another worker answers there now (a port taken again): not ours
+                    why = f"{owner.address} is no longer a worker of the {name} stage of group {owners.group}"
             if time.monotonic() + RETRY_S > deadline:
                 raise NoAnswer(why)
-            self._owners.pop(name, None)  # ask the group again: it moved, or is moving
+            del self._owners[name]  # ask the group again: it moved, or is moving
             time.sleep(RETRY_S)
+
+
+def _defaults(spec: StageSpec) -> Any:
+    settings_type = spec.settings_type()
+    return settings_type() if settings_type is not None else None
 
 
 def _get(owner: Owner, key: bytes, shard: int, stage: str) -> tuple[int, dict[str, Any], str]:
@@ -197,6 +219,9 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--topic-prefix", default=None)
     command.add_argument("--profile", choices=["safe", "aggressive"], default=None,
                          help="the URL stage's canonicalization profile (default: its settings')")
+    command.add_argument("--no-cache", action="store_true",
+                         help="describe the stages' groups afresh, ignoring the owners found last time "
+                              f"(kept in the user's cache directory, {OWNERS_CACHE})")
     command.add_argument("--timeout-s", type=float, default=10.0,
                          help="how long to wait for a shard's owner (a rebalance, a recovery; default 10)")
     command.set_defaults(handler=run)
@@ -218,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     runtime = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
     topics = Topics(config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix)
     client = StatusClient(kafka_config(args.config), topics, runtime.app_id, stage_settings(args),
-                          args.timeout_s)
+                          args.timeout_s, cache=None if args.no_cache else cache_root() / OWNERS_CACHE)
     failed = False
     for url in args.urls:
         found = client.ask(url, args.crawl)

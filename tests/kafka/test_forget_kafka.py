@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -27,7 +28,7 @@ import pytest
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from testing import harness as h
-from testing.cli import PROJECT_ROOT, run_cli
+from testing.cli import PROJECT_ROOT
 from testing.operated import Worker, worker_env
 
 STAGE = "url-dedup"
@@ -39,8 +40,13 @@ def _worker(kafka: KafkaConfig, prefix: str, app: str, name: str, state: Path, *
                    str(state), "--shards", "4", *extra], env or worker_env(kafka.bootstrap_servers))
 
 
+CACHE = tempfile.mkdtemp(prefix="status-cache-")  # the owners status finds: not the user's cache
+
+
 def _cli(kafka: KafkaConfig, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return run_cli(kafka, *args, timeout_s=300)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "CRAWL_DEDUP_CACHE_DIR": CACHE}
+    return subprocess.run([sys.executable, "-m", "streams", *args], capture_output=True, timeout=300, env=env,
+                          cwd=PROJECT_ROOT, check=False)
 
 
 def _status(kafka: KafkaConfig, prefix: str, app: str, *urls: str) -> list[dict[str, object]]:
@@ -186,3 +192,41 @@ def test_forgets_by_host_and_prefix_survive_sigkills(kafka: KafkaConfig, prefix:
     again = {url for url, n in counts.items() if n > 1}
     assert (again == forgotten, max(counts.values()), sum(counts.values())) == (
         True, 2, len(urls) + len(forgotten)), sorted(again ^ forgotten)[:10]
+
+
+def test_status_tells_what_every_stage_keeps_of_a_url(kafka: KafkaConfig, prefix: str,
+                                                       tmp_path: Path) -> None:
+    """The URL stage's mark, the revisit stage's history and the page stage's last verdict, each
+    from its owner, with two workers of the page stage (its verdicts kept at other workers' shards)."""
+    topics, app = Topics(prefix), "app"
+    h.create_topics(kafka, [topics.frontier, topics.fetched_pages], 4)
+    text = " ".join(f"word{n} of a page long enough to be its main text" for n in range(60))
+    original, copy = "http://orig.example/story", "http://copy.example/story"
+    pages = [{"url": url, "status": 200, "content_type": "text/html", "fetched_at": at,
+              "body": f"<html><body><article><p>{text}</p></article></body></html>"}
+             for url, at in ((original, "2026-11-26T09:00:00.000Z"), (copy, "2026-11-26T10:00:00.000Z"))]
+    env = worker_env(kafka.bootstrap_servers, STREAMS_CONTENT_SEEN_ANALYSIS_PROCESSES="0")
+    workers = [_worker(kafka, prefix, app, "u0", tmp_path / "u0", env=env)]
+    workers += [Worker([stage, "--topic-prefix", prefix, "--app-id", app, "--worker-id", f"{stage}{n}",
+                        "--state-dir", str(tmp_path / f"{stage}{n}"), "--shards", "4"], env)
+                for stage, count in (("revisit", 1), ("content-seen", 2)) for n in range(count)]
+    try:
+        for worker in workers:
+            worker.wait_ready(180)
+        h.produce(kafka, topics.frontier, ((None, orjson.dumps({"url": url})) for url in (original, copy)))
+        h.produce(kafka, topics.fetched_pages, ((None, orjson.dumps(page)) for page in pages[:1]))
+        h.wait_for(lambda: (_status(kafka, prefix, app, original)[0].get("content") or {}).get("verdict")
+                   == "unique", 180)
+        h.produce(kafka, topics.fetched_pages, ((None, orjson.dumps(page)) for page in pages[1:]))
+        h.wait_for(lambda: _status(kafka, prefix, app, copy)[0].get("content") is not None, 180)
+        [found] = _status(kafka, prefix, app, copy)
+    finally:
+        for worker in workers:
+            worker.stop(120)
+    assert found["seen"] is True and "unavailable" not in found, found
+    assert found["content"] == {"verdict": "duplicate", "kind": "exact", "duplicate_of": original,
+                                "distance": 0, "fetched_at": "2026-11-26T10:00:00.000Z"}
+    history = found["revisit"]
+    assert isinstance(history, dict) and history["fetches"] == 1, found
+    assert history["last_fetch_at"] == "2026-11-26T10:00:00.000Z"
+    assert history["next_fetch_at"] > history["last_fetch_at"]
