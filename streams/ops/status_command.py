@@ -204,7 +204,7 @@ def _field(stage: str) -> str:
 
 def add_parser(commands: Any) -> None:
     command = commands.add_parser(
-        "status", help="what the running stages say of URLs: seen since when, next fetch, last verdict",
+        "status", help="what the running stages say of URLs",
         description="Ask the running stages about URLs, from the state of the worker owning each "
                     "one's shard: the URL stage (canonical form, fingerprint, shard, owner, seen and "
                     "since when), the revisit stage (last and next fetch, interval, last change) and "
