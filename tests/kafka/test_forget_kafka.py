@@ -190,6 +190,9 @@ def test_forgets_by_host_and_prefix_survive_sigkills(kafka: KafkaConfig, prefix:
     assert last.wait(900) == 0, last.log()
     counts = _new_urls(kafka, prefix)
     again = {url for url, n in counts.items() if n > 1}
+    print(f"{len(urls)} URLs; {by_host.strip()} / {by_prefix.strip()}; kills while a forget waited: "
+          f"{landed_host} + {landed_prefix} of {2 * kills}; new URLs read: {sum(counts.values())}, "
+          f"twice: {len(again)}, forgotten: {len(forgotten)}")
     assert (again == forgotten, max(counts.values()), sum(counts.values())) == (
         True, 2, len(urls) + len(forgotten)), sorted(again ^ forgotten)[:10]
 
