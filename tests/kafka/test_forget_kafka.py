@@ -180,8 +180,9 @@ def test_forgets_by_host_and_prefix_survive_sigkills(kafka: KafkaConfig, prefix:
     by_host, landed_host = _forget_while_killing(kafka, prefix, app, ["--host", "h1.example"], state, log,
                                                  kills, rng, env)
     by_prefix, landed_prefix = _forget_while_killing(
-        kafka, prefix, app, ["--prefix", "http://h2.example/blog/"], state, log, kills, rng, env)
-    forgotten = {url for url in urls if url.startswith(("http://h1.example/", "http://h2.example/blog/"))}
+        kafka, prefix, app, ["--prefix", "http://h2"], state, log, kills, rng, env)
+    # The prefix takes h2 and, over 10^6 URLs, h20 to h29: 11 % of them.
+    forgotten = {url for url in urls if url.startswith(("http://h1.example/", "http://h2"))}
     assert by_host.startswith(f"forgot {per_host} URLs"), by_host
     assert by_prefix.startswith(f"forgot {len(forgotten) - per_host} URLs"), by_prefix
     assert landed_host + landed_prefix >= 1  # at least one kill while a forget was being applied
