@@ -82,8 +82,9 @@ class StageSpec:
       ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``);
       ``events``: its other counts (``forgotten``, ``expired``: :mod:`streams.ops.metrics`).
     - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
-      canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); None when
-      its state is not kept by URL.
+      canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
+      gives its own settings, loaded when first called (a settings class may import the whole
+      stage); None when its state is not kept by URL.
     - ``pipeline``: one of the crawl's stages (the demo runs it, ``lag`` and ``reshard`` offer it);
       not the runtime's benchmark processor.
     """
@@ -99,7 +100,7 @@ class StageSpec:
     decisions: tuple[str, ...] = ()
     race_events: tuple[str, ...] = ()
     events: tuple[str, ...] = ()
-    status_key: Callable[[Any, str, str], tuple[bytes, str]] | None = None
+    status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
     settings_class: str | None = None
     settings_section: str | None = None
     options: Options = no_options

@@ -22,7 +22,7 @@ import argparse
 import http.client
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -59,18 +59,22 @@ class NoAnswer(StreamsError):
 class StatusClient:
     """Asks the stages about URLs; keeps what it learned of their groups between questions."""
 
-    def __init__(self, kafka: KafkaConfig, topics: Topics, app_id: str, settings: dict[str, Any],
+    def __init__(self, kafka: KafkaConfig, topics: Topics, app_id: str,
+                 settings: Mapping[str, Any] | Callable[[str], Any],
                  timeout_s: float = 10.0, cache: Path | None = None) -> None:
         """``settings``: each stage's own (its ``[section]``), by stage name, as its workers have them
-        (a stage not named: its defaults); ``cache``: where owners are kept between commands
-        (:class:`~streams.ops.owners.OwnersCache`; None: described afresh)."""
+        (a stage not named: its defaults), or what loads them by name when first needed (a stage's
+        settings class may import its whole stage: a stage not running never needs it);
+        ``cache``: where owners are kept between commands (:class:`~streams.ops.owners.OwnersCache`;
+        None: described afresh)."""
         self._topics, self._app_id = topics, app_id
         self._kafka = kafka
         self._admin: AdminClient | None = None  # made when the cluster is first asked
         self._timeout_s = timeout_s
         self._specs = {spec.name: spec for spec in registry.STAGES if spec.status_key is not None}
-        self._settings = {name: settings[name] if name in settings else _defaults(spec)
-                          for name, spec in self._specs.items()}
+        self._load = settings if callable(settings) else (
+            lambda name: settings[name] if name in settings else _defaults(self._specs[name]))
+        self._settings: dict[str, Any] = {}
         self._cache = OwnersCache(cache, kafka.bootstrap_servers)
         self._groups = {name: topics.group(app_id, name) for name in self._specs}
         cached = self._cache.load(self._groups.values())
@@ -105,6 +109,8 @@ class StatusClient:
         """Another stage's answer (its own fields, without where it came from), None when it keeps
         nothing of the URL or cannot be asked (then ``unavailable`` says why)."""
         try:
+            if name in self._owners and not self._owners[name].members:  # not running: no key needed
+                raise NoAnswer(self._owners[name].describe_missing(0, name))
             key, _ = self._key(name, url, crawl)
             answer = self._answer(name, key)
         except RecordRejected:
@@ -118,7 +124,12 @@ class StatusClient:
     def _key(self, name: str, url: str, crawl: str) -> tuple[bytes, str]:
         status_key = self._specs[name].status_key
         assert status_key is not None
-        return status_key(self._settings[name], url, crawl)
+        return status_key(partial(self._settings_of, name), url, crawl)
+
+    def _settings_of(self, name: str) -> Any:
+        if name not in self._settings:
+            self._settings[name] = self._load(name)
+        return self._settings[name]
 
     def _describe(self, names: list[str]) -> None:
         topics, app = self._topics, self._app_id
@@ -227,16 +238,18 @@ def add_parser(commands: Any) -> None:
     command.set_defaults(handler=run)
 
 
-def stage_settings(args: argparse.Namespace, specs: Sequence[StageSpec] = registry.STAGES) -> dict[str, Any]:
-    """Each stage's own settings, as its workers read them (the URL stage's profile from ``--profile``)."""
-    found = {}
-    for spec in specs:
+def stage_settings(args: argparse.Namespace) -> Callable[[str], Any]:
+    """What loads a stage's own settings as its workers read them (the URL stage's profile from
+    ``--profile``), when the stage is first asked."""
+    def load(name: str) -> Any:
+        spec = registry.spec(name)
         settings_type = spec.settings_type()
-        if spec.status_key is not None and settings_type is not None:
-            overrides = {"profile": args.profile} if spec.name == URL_STAGE else {}
-            found[spec.name] = config.load(settings_type, spec.settings_section or "", args.config,
-                                           **overrides)
-    return found
+        if settings_type is None or spec.settings_section is None:
+            return None
+        overrides = {"profile": args.profile} if name == URL_STAGE else {}
+        return config.load(settings_type, spec.settings_section, args.config, **overrides)
+
+    return load
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ One internal topic, ``shards``, carrying the typed records of its scatter and ga
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streams.config import RuntimeSettings
@@ -21,7 +22,7 @@ def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
     return ContentSeenStage(settings, runtime.max_record_bytes)
 
 
-def _status_key(settings: Any, url: str, crawl: str) -> tuple[bytes, str]:
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
     """A URL's last verdict is kept under the fingerprint of its canonical form by the default rules
     (:mod:`streams.stages.content_seen.last_verdicts`)."""
     from streams.urls.canonical import canonicalize, fingerprint

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streams.config import RuntimeSettings
@@ -15,12 +16,12 @@ def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
     return RevisitStage(settings, runtime.max_record_bytes)
 
 
-def _status_key(settings: Any, url: str, crawl: str) -> tuple[bytes, str]:
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
     """A URL's history is kept under the fingerprint of its canonical form by the stage's profile
     (the crawl's name is not part of it: a page's history spans crawls)."""
     from streams.urls.canonical import CanonicalSettings, canonicalize, fingerprint
 
-    found = canonicalize(url, CanonicalSettings(profile=settings.profile))
+    found = canonicalize(url, CanonicalSettings(profile=settings().profile))
     return fingerprint(found), found
 
 

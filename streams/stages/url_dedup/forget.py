@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -42,6 +43,7 @@ from streams.urls import canonical
 STAGE = "url-dedup"
 REPLIES = "url-dedup-replies"
 REPLY_RETENTION_MS = 7 * 86_400_000
+PROGRESS_S = 10.0  # how often a forget still waiting says so
 MAX_NAMED_URLS = 100_000  # a shard's record of them stays well under a megabyte
 
 
@@ -95,9 +97,11 @@ def shard_topic(kafka: KafkaConfig, topics: Topics, app_id: str) -> tuple[str, i
 
 
 def forget(kafka: KafkaConfig, topics: Topics, app_id: str, selection: Selection, wait_s: float,
-           recrawl: bool = False) -> ForgetReport:
+           recrawl: bool = False,
+           waiting: Callable[[ForgetReport], None] = lambda report: None) -> ForgetReport:
     """Apply ``selection`` at the shards of the URL stage of ``app_id`` (every shard, or those of the
-    URLs named); wait up to ``wait_s`` for their replies. ``recrawl``: each shard also writes every
+    URLs named); wait up to ``wait_s`` for their replies (``waiting(report)`` every
+    :data:`PROGRESS_S` meanwhile). ``recrawl``: each shard also writes every
     URL it lets go to the frontier, in the same transaction, so each comes out of new-urls again
     without waiting for a crawler to find it."""
     topic, shards = shard_topic(kafka, topics, app_id)
@@ -108,7 +112,7 @@ def forget(kafka: KafkaConfig, topics: Topics, app_id: str, selection: Selection
     ensure_topics(kafka, [TopicSpec(replies, 1, {"retention.ms": str(REPLY_RETENTION_MS)})])
     with _Replies(kafka, replies, request) as reading:
         _send(kafka, topics.group(app_id, STAGE), topic, controls, request)
-        reading.collect(report, time.monotonic() + wait_s)
+        reading.collect(report, time.monotonic() + wait_s, waiting)
     return report
 
 
@@ -152,8 +156,15 @@ class _Replies:
     def __exit__(self, *_: object) -> None:
         self._consumer.close()
 
-    def collect(self, report: ForgetReport, deadline: float) -> None:
+    def collect(self, report: ForgetReport, deadline: float,
+                waiting: Callable[[ForgetReport], None] = lambda report: None) -> None:
+        """Read replies into ``report`` until every shard answered or ``deadline``; ``waiting(report)``
+        every :data:`PROGRESS_S` meanwhile."""
+        said = time.monotonic()
         while report.missing and time.monotonic() < deadline:
+            if time.monotonic() - said >= PROGRESS_S:
+                waiting(report)
+                said = time.monotonic()
             wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
             for message in self._consumer.consume(500, timeout=wait_s):
                 error = message.error()

@@ -59,8 +59,13 @@ def run(args: argparse.Namespace, settings: UrlDedupSettings, topics: Topics, ap
     if selection.prefix is not None:
         _note_prefix(selection.prefix, settings)
     kafka = kafka_config(args.config)
-    report = forget(kafka, topics, app_id, selection, args.wait_s, args.recrawl)
+    report = forget(kafka, topics, app_id, selection, args.wait_s, args.recrawl, _waiting)
     return _print(report, kafka, topics, app_id, args.wait_s, args.recrawl)
+
+
+def _waiting(report: ForgetReport) -> None:
+    print(f"forget: {len(report.answered)} of {len(report.shards)} shards applied it ({report.forgotten} "
+          f"URLs so far); waiting for shards {report.missing}", file=sys.stderr, flush=True)
 
 
 def _note_prefix(prefix: str, settings: UrlDedupSettings) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from streams import config
@@ -101,11 +102,11 @@ def _canonicalize(spec: StageSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status_key(settings: Any, url: str, crawl: str) -> tuple[bytes, str]:
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
     """A URL's mark is kept under the fingerprint of its crawl's name and its canonical form."""
     from streams.urls.canonical import canonicalize, fingerprint
 
-    found = canonicalize(url, settings.canonical())
+    found = canonicalize(url, settings().canonical())
     return fingerprint(found, crawl), found
 
 
