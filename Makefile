@@ -1,7 +1,10 @@
 # make            the virtual environment (.venv) and the local broker's pinned Kafka release (fetched
 #                 from Maven Central into the user's cache, ~/.cache/crawl-dedup)
-# make test       lint, type check, the unit tests uncompiled, the alert rules (promtool), and the
-#                 test suite (starts and stops its own broker; runs a real Prometheus)
+# make check      lint, types and the unit tests (no broker): the loop while editing, about 3 minutes
+# make test       everything CI runs: lint and types, the documentation site, the alert rules
+#                 (promtool), then the whole suite compiled (its own broker; a real Prometheus and
+#                 pywb) beside the unit tests uncompiled and the wheel check (see test below)
+# make docs       the documentation site from docs/ into site/ (mkdocs build --strict)
 # make demo       the main job: a local broker, the stages, a replayed crawl, a summary
 # make reliability  the long crash, rebalance, hostile-input, broker-fault (a 3-node cluster), full-disk
 #                 and hostile-cluster suite (not part of make test)
@@ -15,7 +18,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 JARS := $(VENV)/.kafka-fetched
 
-.PHONY: all venv jars prometheus alerts test lint unit unit-pure wheel-check reliability bench bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
+.PHONY: all venv jars pywb prometheus alerts docs check test suite beside-suite lint unit unit-pure wheel-check reliability bench bench-warc bench-failover bench-runtime bench-url bench-content bench-latency bench-revisit bench-reshard bench-scrapy demo kafka-start kafka-stop clean
 
 all: venv jars
 
@@ -27,13 +30,13 @@ COMPILED_SOURCES := $(shell grep -o '"streams/[a-z_/]*\.py"' setup.py | tr -d '"
 venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt setup.py $(COMPILED_SOURCES)
 	test -x $(PY) || { $(PYTHON_BIN) -m venv $(VENV) && $(PY) -m pip install -q --upgrade pip; }
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs]'
 	rm -f $(BENCH_STAMP)
 	touch $@
 
 # The benchmarks' baselines (the bench extra): installed once, with the package again.
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,bench]'
 	touch $@
 
 # The release streams/kafka_release.json pins (tools/kafka_release.py writes it from kafka/pom.xml),
@@ -47,29 +50,69 @@ $(JARS): $(STAMP) streams/kafka_release.json
 COMMITS_BASE ?= main
 
 lint: venv
-	$(VENV)/bin/ruff check streams tests testing bench tools setup.py
+	$(VENV)/bin/ruff check streams tests testing bench tools docs setup.py
 	$(VENV)/bin/mypy streams
 	$(PY) tools/import_cycles.py streams
 	$(PY) tools/import_rules.py streams
 	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
-unit: venv
-	$(PY) -m pytest -m "not kafka" -q
+# pytest processes per run (pytest-xdist): 2 on the project's 2-core machines. A broker test spends
+# most of its time waiting for the broker and for its workers, and a unit test beside it uses that
+# time; the processes share one broker (tests/conftest.py), and a module's tests stay in one process
+# (--dist loadscope: its module fixtures are made once). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+
+# The loop while editing: what CI checks first, without a broker.
+check: lint unit
+
+unit: venv prometheus
+	$(PY) -m pytest -m "not kafka" -q $(XDIST)
 
 # The unit tests again on the sources uncompiled, as a CRAWL_DEDUP_PURE_PYTHON=1 build runs them: the
 # tracked files are copied to a temporary directory without the extensions, and pytest puts that
 # copy's streams package first on the path (pyproject.toml: pythonpath). Its empty manifest of
-# compiled modules keeps the editable install's finder from supplying this tree's.
-unit-pure: venv
+# compiled modules keeps the editable install's finder from supplying this tree's. The tests run are
+# those of the code that differs between the two builds (setup.py's compiled modules: records,
+# plain, urls, the runtime's batch loop, the URL stage) and of the code that drives it (the stages,
+# the integrations, ops); the others (tests/pages, tests/tools, the command line, the configuration
+# and documentation checks) run code that is the same in both builds, and run compiled in the suite.
+PURE_TESTS := tests/runtime tests/stages tests/urls tests/integrations tests/ops tests/test_records.py \
+	tests/test_plain.py tests/test_compiled.py
+unit-pure: venv prometheus
 	@set -e; copy=$$(mktemp -d); trap 'rm -rf "$$copy"' EXIT; \
 	git ls-files -z | xargs -0 cp -P --parents -t "$$copy"; \
 	printf 'SOURCES: dict[str, str] = {}\n' > "$$copy/streams/_compiled.py"; \
 	cd "$$copy"; \
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
-	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider
+	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider $(PURE_TESTS)
 
-test: venv jars lint unit-pure wheel-check alerts
-	$(PY) -m pytest -m "not slow" -q
+# Everything CI runs (bash .ci/run). The quick checks first; then the whole suite, compiled, and
+# beside it, at the same time, the unit tests uncompiled and then the wheel check: they have
+# processes, brokers and ports of their own, and the suite's broker tests leave the CPU idle much of
+# the time. Each part's output is printed whole when it ends (--output-sync).
+test: venv jars lint docs alerts pywb
+	$(MAKE) --no-print-directory -j2 --output-sync=target suite beside-suite
+
+# The suite names pywb's environment in CRAWL_DEDUP_PYWB, so the web-archive replay test fails rather
+# than skips when it is missing.
+suite: venv jars prometheus pywb
+	CRAWL_DEDUP_PYWB=$(CURDIR)/$(PYWB_VENV)/bin $(PY) -m pytest -m "not slow" -q $(XDIST)
+
+beside-suite: unit-pure
+	$(MAKE) --no-print-directory wheel-check
+
+# pywb (PyPI), the replay server the web-archive test serves warc-dedup's output with
+# (tests/archives/test_pywb_replay.py), in a virtualenv of its own: it pins an old redis and werkzeug
+# (testing/pywb-requirements.txt says why).
+PYWB_VENV := .venv-pywb
+PYWB_STAMP := $(PYWB_VENV)/.installed
+
+pywb: $(PYWB_STAMP)
+$(PYWB_STAMP): testing/pywb-requirements.txt testing/pywb-constraints.txt
+	test -x $(PYWB_VENV)/bin/python || $(PYTHON_BIN) -m venv $(PYWB_VENV)
+	$(PYWB_VENV)/bin/python -m pip install -q -c testing/pywb-constraints.txt -r testing/pywb-requirements.txt
+	touch $@
 
 # Debian's Prometheus: promtool for the rules, and the server tests/kafka/test_prometheus_kafka.py runs
 # itself on 127.0.0.1 with the shipped configuration. Installed here when missing and running as
@@ -87,6 +130,13 @@ alerts: prometheus
 	promtool check config ops/prometheus/prometheus.yml
 	cd ops/prometheus && promtool test rules alerts.test.yml
 
+# The documentation site (mkdocs.yml): the generated reference pages checked against the code, then
+# built strict, so a broken link or anchor, or a page of docs/ left out of the nav, fails.
+docs: venv
+	$(PY) docs/gen_config_table.py --check
+	$(PY) docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 # The package as an operator installs it (tools/wheel_check.py): the wheel built from a clean clone,
 # installed into a new virtualenv and run from elsewhere, offline and against a broker it starts
 # from an empty release cache; then the Scrapy tests at the lowest Scrapy release supported.
@@ -99,7 +149,7 @@ wheel-check: venv
 reliability: venv jars
 	$(PY) -m pytest -m slow -q -s
 
-bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy
+bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc bench-failover
 
 # quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -143,6 +193,19 @@ bench-scrapy: $(BENCH_STAMP) jars
 	command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq redis-server; }
 	$(PY) -m bench.scrapy_bench
 
+# warc-dedup beside content-seen --offline on two crawls of the shared corpus's pages as WARCs
+# (docs/web-archives.md, Throughput). Needs ../shared/corpus (generated pages without it).
+bench-warc: venv
+	$(PY) -m bench.warc_bench --pages 482 --rounds 5
+
+# More than one worker: a worker SIGKILLed for good and a worker added, with and without standby
+# replicas, every record's wait and exactly once (read_committed), at 1 and 2 million URLs and on the
+# shared corpus's pages; then a restore from an empty state directory beside a plain consumer reading
+# the same changelog (docs/operations.md, "Standby replicas and failover").
+bench-failover: venv jars
+	$(PY) -m bench.failover_bench --urls 1000000,2000000
+	$(PY) -m bench.restore_bench --urls 2000000 --rounds 3
+
 # A reshard's stop: seconds per million stored entries, each stage, 4 -> 8 shards, on the broker.
 bench-reshard: venv jars
 	$(PY) -m bench.reshard_bench
@@ -165,5 +228,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) $(QUIX_VENV) state .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) $(PYWB_VENV) state site .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete

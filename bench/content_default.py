@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.content_bench import _analysis_rate, _kafka_rate, corpus_records
-from streams.stages.content_seen.cores import analysis_processes, this_process_cores
+from streams.runtime.cores import this_process_cores
+from streams.stages.content_seen.cores import analysis_processes
 from testing import harness as h
 from testing.neardup_set import CORPUS
 

@@ -22,8 +22,8 @@ The stores are in the stage's table format, PlainTable (:mod:`streams.runtime.ro
 steady state of a worker whose memory holds its tables: the store is read through once (``warm``)
 before the timing, at every size; ``--cold`` skips that. A long-running worker reaches that state
 by its own lookups; with a block cache smaller than the tables (or right after a restart) every
-read that misses it goes to the OS page cache or the disk, which is what the README's first table
-of 10^7 figures measured (244 µs).
+read that misses it goes to the OS page cache or the disk, which is what the first table of 10^7
+figures measured (244 µs; docs/benchmarks.md, "Lookup time").
 """
 
 from __future__ import annotations

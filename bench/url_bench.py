@@ -62,7 +62,7 @@ def stage_rate(kafka: KafkaConfig, prefix: str, total: int, work: Path, app_id: 
     shards = topics.shards(app_id, "url-dedup")
     rate = h.steady_rate("url-dedup stage", command, kafka, topics.group(app_id, "url-dedup"),
                          topics.frontier, total, work, via=[shards])
-    # URLs decided or answered at routing never reach the shard topic (README, "The URL stage").
+    # URLs decided or answered at routing never reach the shard topic (docs/url-dedup.md).
     rate["shard_topic_offsets"] = h.end_offsets(kafka, shards)
     return rate
 

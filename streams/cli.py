@@ -259,10 +259,11 @@ def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentPars
     lag_command.add_parser(commands)
     status_command.add_parser(commands)
 
-    from streams.ops import replay, tail
+    from streams.ops import replay, tail, warc_dedup
 
     replay.add_parser(commands)
     tail.add_parser(commands)
+    warc_dedup.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the stages end to end on a generated crawl")
     demo.set_defaults(handler=_demo)

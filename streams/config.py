@@ -50,6 +50,23 @@ class RuntimeSettings:
     ``batch_max_wait_s`` is how long a worker with nothing fetched waits for its first record; a
     batch is then what is fetched with it, so a sparse load gets small, quick transactions and a
     backlog big ones (docs/decisions/0009-adaptive-cadence.md). It is not a wait for a batch to fill.
+
+    ``standby_replicas``: how many other workers keep each shard's state warm by reading its
+    changelog (:mod:`streams.runtime.standby`), so the worker that takes a lost owner's shards
+    replays only their tail. Each standby costs a copy of the shard's state on that worker's disk
+    and memory, and applying the shard's changelog as it is written (about a third of what deciding
+    the records cost the owner, on the URL stage); 1 is enough for one lost worker at a time.
+
+    ``session_timeout_s`` is how long the group waits for a silent worker before giving its shards
+    to others (``session.timeout.ms``): the stall of a lost worker's shards is about this plus the
+    takeover. Heartbeats come from librdkafka's own thread every ``heartbeat_interval_s``, whatever
+    the worker's loop does, so only a stopped process misses them. A broker refuses a session
+    shorter than its ``group.min.session.timeout.ms`` (6 s by default). A restarted worker that
+    returns within the session takes its shards back without a rebalance (static membership).
+
+    ``restore_processes``: shards with no local state are rebuilt from their changelogs in this
+    many processes at once (``auto``: one per usable core; 0 or 1: in the worker), when there is
+    enough to replay (:mod:`streams.runtime.restore`).
     """
 
     app_id: str = "crawl-dedup"
@@ -65,6 +82,10 @@ class RuntimeSettings:
     rocksdb_block_cache_mb: int = 64
     recovery_log_interval_s: float = 5.0
     rocksdb_memtable_mb: int = 64
+    standby_replicas: int = 0
+    session_timeout_s: float = 6.0
+    heartbeat_interval_s: float = 1.0
+    restore_processes: int | Literal["auto"] = "auto"
 
 
 @dataclass(frozen=True)

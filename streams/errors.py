@@ -15,6 +15,7 @@ dead letters (:class:`RecordRejected` carries the reason to the dead-letter writ
     ├── BuildError             a compiled module was built from another version of its source
     ├── StateError             the local state store is unusable (ahead of its changelog, wrong format)
     │   └── DiskFull             no space left where the local state is kept
+    ├── InputError             a command's input file is not what it should be (a broken WARC)
     ├── RuntimeFailure         the Kafka runtime hit a fatal, non-retriable client error
     │   ├── AccessDenied         the cluster refuses the worker's credentials or a permission it needs
     │   └── TopicDeleted         a topic the worker reads or writes was deleted under it
@@ -48,7 +49,7 @@ class StaleGeneration(ConfigError):
     reshard is under way (:mod:`streams.runtime.generations`)."""
 
     advice = ("wait for the reshard to finish, then start the worker with the shard count it set "
-              "(README, Scaling out)")
+              "(docs/production.md, 'Scaling out')")
 
 
 class ReshardRefused(ConfigError):
@@ -80,6 +81,13 @@ class DiskFull(StateError):
     """No space is left on the filesystem of the local state directory: the worker stops, since it
     can keep no state; what it committed is in Kafka (the store applies a batch only after its
     transaction commits), so once there is room a restart catches up from the changelog."""
+
+
+class InputError(StreamsError):
+    """An input file of a command cannot be read as what it should be (a WARC that stops being
+    one): the command writes nothing and changes no state."""
+
+    advice = "repair or leave out the file named above and run the command again"
 
 
 class RuntimeFailure(StreamsError):

@@ -19,12 +19,16 @@ Integration tests use the real broker; this one lets a property test drive thous
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException, TopicPartition
 
+from streams.runtime.describe import AdminDescriber
 from streams.runtime.partitioner import partition_for
+from streams.runtime.placement import range_owners
 
 OFFSET_INVALID = -1001
 
@@ -110,6 +114,7 @@ class MemoryKafka:
         self.instances: dict[str, set[str]] = {}  # group -> every group.instance.id seen
         self.rotation = 0
         self.fixed_shares: dict[str, list[tuple[str, int]]] = {}  # instance -> its partitions, always
+        self.range_assignor = False  # True: shares as librdkafka's range assignor gives them (no rotation)
 
     # -- administration --------------------------------------------------------------------------
 
@@ -143,6 +148,9 @@ class MemoryKafka:
         """The partitions of ``topics`` member ``instance`` of ``group`` owns now."""
         if instance in self.fixed_shares:
             return [tp for tp in self.fixed_shares[instance] if tp[0] in topics]
+        if self.range_assignor:
+            return [(topic, p) for topic in topics for p, owner in
+                    range_owners(self.instances[group], len(self.logs[topic])).items() if owner == instance]
         members = sorted(self.instances[group])
         mine = members.index(instance)
         return [(topic, p) for topic in topics for p in range(len(self.logs[topic]))
@@ -166,6 +174,11 @@ class MemoryKafka:
         del self._faults[point]
         raise error()
 
+    def expire(self, group: str, instance: str) -> None:
+        """Member ``instance`` of ``group`` missed its session: it leaves the group, which rebalances."""
+        self.instances[group].discard(instance)
+        self.rebalance()
+
     def kill_clients(self, instance: str) -> None:
         """The process of group member ``instance`` died: its consumers do nothing from now on (its
         producer is fenced when the restarted worker initialises its transactions)."""
@@ -182,6 +195,38 @@ class MemoryKafka:
 
     def producer(self, config: dict[str, Any]) -> MemoryProducer:
         return MemoryProducer(self, config)
+
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> AdminDescriber:
+        return AdminDescriber(MemoryAdmin(self), group, timeout_s)
+
+    def describe(self, group: str) -> SimpleNamespace:
+        """The group as ``DescribeConsumerGroups`` answers: its live subscribed members and their
+        shares (a killed member is a member until :attr:`instances` forgets it: static membership)."""
+        live = {member.instance: member for member in self._members
+                if member.group == group and member.callbacks and not member.dead}
+        members = []
+        for instance in sorted(self.instances.get(group, set())):
+            subscription = live[instance].subscription if instance in live else []
+            share = self.share(group, instance, subscription) if subscription else []
+            members.append(SimpleNamespace(group_instance_id=instance, member_id=instance,
+                                           assignment=SimpleNamespace(topic_partitions=[
+                                               TopicPartition(t, p) for t, p in share])))
+        return SimpleNamespace(members=members, state=ConsumerGroupState.STABLE)
+
+
+class MemoryAdmin:
+    """The one admin call the runtime makes of a group (its view, :mod:`streams.runtime.group_view`)."""
+
+    def __init__(self, broker: MemoryKafka) -> None:
+        self.broker = broker
+
+    def describe_consumer_groups(self, groups: list[str],
+                                 request_timeout: float = 0) -> dict[str, Future[Any]]:
+        answers: dict[str, Future[Any]] = {}
+        for group in groups:
+            answers[group] = Future()
+            answers[group].set_result(self.broker.describe(group))
+        return answers
 
 
 def abortable() -> KafkaException:
@@ -285,6 +330,7 @@ class MemoryConsumer:
         self.group: str = config["group.id"]
         self.instance: str = config.get("group.instance.id", "solo")
         self.eof: bool = bool(config.get("enable.partition.eof", False))
+        self.committed_only = config.get("isolation.level", "read_committed") == "read_committed"
         self.subscription: list[str] = []
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.positions: dict[tuple[str, int], int] = {}
@@ -357,8 +403,23 @@ class MemoryConsumer:
         return [TopicPartition(tp.topic, tp.partition, offsets.get((tp.topic, tp.partition), OFFSET_INVALID))
                 for tp in partitions]
 
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        """For "latest" (-1) only, what the runtime asks: each partition's end, as below."""
+        assert all(tp.offset == -1 for tp in partitions)
+        return [TopicPartition(tp.topic, tp.partition, self.get_watermark_offsets(tp)[1])
+                for tp in partitions]
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition,
+                               self.positions.get((tp.topic, tp.partition), OFFSET_INVALID))
+                for tp in partitions]
+
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0,
                               cached: bool = False) -> tuple[int, int]:
+        """The partition's end as librdkafka reports it: the last stable offset to a read_committed
+        consumer (ListOffsets honours the isolation level), the high watermark otherwise."""
+        if self.committed_only:
+            return 0, self.broker.stable_end(tp.topic, tp.partition)
         return 0, len(self.broker.logs[tp.topic][tp.partition])
 
     def list_topics(self, topic: str, timeout: float = 0) -> _Topics:

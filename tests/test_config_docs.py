@@ -25,7 +25,7 @@ from streams.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"
-TABLES = ROOT / "README.md"  # the generated option tables
+TABLES = DOC  # the generated option tables are in it too
 GENERATOR = ROOT / "docs" / "gen_config_table.py"
 
 
@@ -64,8 +64,14 @@ def expected_rows() -> list[tuple[str, str, str, dataclasses.Field[Any]]]:
     return rows
 
 
+def _generated() -> str:
+    """The option tables: the part of the page between the generator's markers."""
+    text = TABLES.read_text()
+    return text[text.index(gen.BEGIN):text.index(gen.END)]
+
+
 def _row_of(env: str) -> str:
-    lines = [line for line in TABLES.read_text().splitlines() if line.startswith(f"| `{env}` |")]
+    lines = [line for line in _generated().splitlines() if line.startswith(f"| `{env}` |")]
     assert len(lines) == 1, f"{env}: {len(lines)} rows in {TABLES.name}"
     return lines[0]
 
@@ -104,7 +110,7 @@ def test_option_row(section: str, env: str, default: str, spec: dataclasses.Fiel
 
 
 def test_only_real_options_are_documented() -> None:
-    documented = set(re.findall(r"^\| `(STREAMS_[A-Z0-9_]+)` \|", TABLES.read_text(), re.MULTILINE))
+    documented = set(re.findall(r"^\| `(STREAMS_[A-Z0-9_]+)` \|", _generated(), re.MULTILINE))
     documented -= {"STREAMS_CONFIG"}
     assert documented == {env for _, env, _, _ in expected_rows()}
     assert set(gen.MEANINGS) == {(section, spec.name) for section, _, _, spec in expected_rows()}

@@ -183,7 +183,7 @@ def _replay_and_summarise(kafka: KafkaConfig, topics: Topics, board: ProgressBoa
 
 # Of the 30 near copies in the demo's seeded crawl (each one word off its original), the page stage
 # finds 29, the same every run: its verdicts do not depend on arrival order (docs/content-seen.md,
-# "Racing copies"). README, "make demo", promises this many.
+# "Racing copies"). docs/getting-started.md, "Try it: the demo", promises this many.
 NEAR_COPIES_FOUND_AT_LEAST: Final = 29
 
 
@@ -207,7 +207,7 @@ class Outcome:
 
 
 def mismatches(outcome: Outcome) -> list[str]:
-    """Each way the outputs differ from what was planted, beyond what the README promises; none
+    """Each way the outputs differ from what was planted, beyond what the documentation promises; none
     when the demo passes. Every planted copy counts: a near copy missed beyond
     :data:`NEAR_COPIES_FOUND_AT_LEAST` fails the demo, and so does any page called unique that
     is not an original, a changed refetch or a near copy allowed to be missed."""

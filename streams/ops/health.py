@@ -9,7 +9,9 @@ What an orchestrator reads is the status code; the body (JSON) says why, for the
 - ``/readyz`` (readiness): 200 once the worker has its assignment from the group, has recovered the
   shards of that assignment from their changelogs and is consuming (its loop turned since); 503
   before that (joining the group, recovering) and while it stops. An assignment may be empty (more
-  workers than shards): such a worker is ready, as a standby.
+  workers than shards): such a worker is ready, as a standby. A worker that keeps standby copies
+  (``[runtime] standby_replicas``) is ready once each has caught up with its changelog once, so a
+  rolling restart waits for the new worker to be able to stand in for the next one.
 
 - ``/status?key=HEX``: what the shard owning a state key says of it (:mod:`streams.ops.status`),
   for ``crawl-dedup status``.
@@ -68,7 +70,8 @@ def readiness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = No
                   for shard, job in sorted(lifecycle.recovery.items()) if job.remaining > 0}
     return ready, {"ready": ready, "phase": lifecycle.phase, "assigned": lifecycle.assigned,
                    "shards": shards, "partitions": len(lifecycle.owned), "recovering": recovering,
-                   "stalled": not alive}
+                   "standbys": {str(shard): lag for shard, lag in sorted(lifecycle.standbys.items())},
+                   "standbys_warm": lifecycle.standbys_warm, "stalled": not alive}
 
 
 class _Server(ThreadingMixIn, WSGIServer):

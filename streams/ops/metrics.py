@@ -17,7 +17,7 @@ Consumer lag is measured in a thread of its own (:class:`~streams.ops.lag.LagMon
 ``crawl_dedup_consumer_lag_records{stage,group,topic,partition}``: this project's own name, so it
 never collides with kafka_exporter's. Each worker measures every partition its group reads, not only
 its own, so the lag of a dead worker's partitions stays measured by the others (take ``max`` over
-workers, then ``sum``). The full list is in the README (Operations, Monitoring).
+workers, then ``sum``). The full list is in docs/monitoring.md.
 """
 
 from __future__ import annotations
@@ -96,7 +96,11 @@ LIFECYCLE_GAUGES = {  # read from the engine's Lifecycle at each scrape (Lifecyc
     "crawl_dedup_recovery_remaining_records":
         "Changelog records (offsets) a shard still has to replay before the worker is ready; 0 once done",
     "crawl_dedup_recovery_progress_ratio": "Share of a shard's changelog replay done (1 once done)",
+    "crawl_dedup_standby_lag_records": "Changelog records (offsets) a standby copy of a shard kept on this "
+                                       "worker has yet to apply ([runtime] standby_replicas)",
 }
+PER_SHARD = frozenset({"crawl_dedup_recovery_remaining_records", "crawl_dedup_recovery_progress_ratio",
+                       "crawl_dedup_standby_lag_records"})
 LAG = "crawl_dedup_consumer_lag_records"
 BATCH_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 AGE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -122,10 +126,9 @@ class LifecycleCollector(Collector):
         return [GaugeMetricFamily(name, text, labels=["stage"]) for name, text in LIFECYCLE_GAUGES.items()]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        names = iter(LIFECYCLE_GAUGES.items())
-        ready, last_commit, remaining, ratio = (
-            GaugeMetricFamily(name, text, labels=["stage", "shard"] if "recovery" in name else ["stage"])
-            for name, text in names)
+        ready, last_commit, remaining, ratio, standby = (
+            GaugeMetricFamily(name, text, labels=["stage", "shard"] if name in PER_SHARD else ["stage"])
+            for name, text in LIFECYCLE_GAUGES.items())
         lifecycle = self.lifecycle
         if lifecycle is not None:
             ready.add_metric([self.stage], 1.0 if lifecycle.ready else 0.0)
@@ -133,7 +136,9 @@ class LifecycleCollector(Collector):
             for shard, job in sorted(lifecycle.recovery.items()):
                 remaining.add_metric([self.stage, str(shard)], float(job.remaining))
                 ratio.add_metric([self.stage, str(shard)], job.ratio)
-        yield from (ready, last_commit, remaining, ratio)
+            for shard, lag in sorted(lifecycle.standbys.items()):
+                standby.add_metric([self.stage, str(shard)], float(lag))
+        yield from (ready, last_commit, remaining, ratio, standby)
 
 
 class WorkerMetrics:

@@ -274,12 +274,13 @@ def summary(tally: Counter[str], topics: dict[str, str], files: int, seconds: fl
         f"read: {tally['read:warc']} WARC records, {tally['read:lines']} JSON lines",
         f"produced: {tally[f'produced:{FETCHED_PAGES}']} to {topics[FETCHED_PAGES]}, "
         f"{tally[f'produced:{FRONTIER}']} to {topics[FRONTIER]}; {tally['delivered']} delivered",
-        f"skipped: {_group(tally, 'skipped:')}",
-        f"errors: {_group(tally, 'error:')}",
+        f"skipped: {grouped(tally, 'skipped:')}",
+        f"errors: {grouped(tally, 'error:')}",
     ])
 
 
-def _group(tally: Counter[str], prefix: str) -> str:
+def grouped(tally: Counter[str], prefix: str) -> str:
+    """The counts of ``tally`` whose names start with ``prefix``, as ``"3 a, 1 b"`` (``none``)."""
     found = sorted((name.removeprefix(prefix), n) for name, n in tally.items()
                    if name.startswith(prefix) and n)
     return ", ".join(f"{n} {name}" for name, n in found) or "none"

@@ -6,8 +6,9 @@ read with FastWARC. What becomes a record:
 - ``response`` records with an HTTP message and an http(s) ``WARC-Target-URI`` become fetched pages
   (``schemas/fetched_page.schema.json``): the status, the header fields (names lower-cased,
   repeated fields as lists), ``content_type`` from the header, the body as ``body_base64`` (raw
-  bytes: the page stage decodes charsets itself, a fetcher's guess would only be in its way), and
-  ``fetched_at`` from ``WARC-Date``;
+  bytes: the page stage decodes charsets itself, a fetcher's guess would only be in its way),
+  ``fetched_at`` from ``WARC-Date`` and ``warc_record_id`` from ``WARC-Record-ID`` (the page
+  stage's verdicts name it for the later copies of the same payload);
 - ``revisit`` records whose HTTP status is 304 become fetched pages with that status and no body;
   other revisits (identical payload digest) carry no body to compare, and are skipped;
 - the ``<a href>`` and ``<area href>`` links of 2xx HTML responses become frontier records
@@ -91,18 +92,20 @@ def record_items(record: WarcRecord, max_links: int = DEFAULT_MAX_LINKS) -> list
     if record.content_length > MAX_BODY_BYTES:
         return [Skip("payload_too_large", url)]
     pairs = record.http_headers.items_bytes()
-    return page_items(url, record.headers.get("WARC-Date"), status, pairs, record.reader.read(), max_links)
+    return page_items(url, record.headers.get("WARC-Date"), status, pairs, record.reader.read(), max_links,
+                      record.headers.get("WARC-Record-ID"))
 
 
 def page_items(url: str, warc_date: str | None, status: int, pairs: tuple[tuple[bytes, bytes], ...],
-               payload: bytes, max_links: int = DEFAULT_MAX_LINKS) -> list[Item]:
+               payload: bytes, max_links: int = DEFAULT_MAX_LINKS,
+               record_id: str | None = None) -> list[Item]:
     """A fetched page (and the frontier records of its links) from the parts of an HTTP response."""
     headers = http_headers(pairs)
     body = decode_body(payload, headers)
     if isinstance(body, Skip):
         return [Skip(body.reason, url)]
     fetched_at = warc_timestamp(warc_date)
-    page = fetched_page(url, status, headers, body, fetched_at)
+    page = fetched_page(url, status, headers, body, fetched_at, record_id)
     out: list[Item] = [Out(FETCHED_PAGES, url.encode("utf-8", "surrogatepass"), orjson.dumps(page))]
     if max_links > 0 and 200 <= status < 300:
         out.extend(frontier_record(link, url, fetched_at)
@@ -111,7 +114,7 @@ def page_items(url: str, warc_date: str | None, status: int, pairs: tuple[tuple[
 
 
 def fetched_page(url: str, status: int, headers: dict[str, str | list[str]], body: bytes,
-                 fetched_at: str | None) -> dict[str, object]:
+                 fetched_at: str | None, record_id: str | None = None) -> dict[str, object]:
     """The fetched-page record (only ``url`` is required; absent fields are left out, not null)."""
     page: dict[str, object] = {"schema_version": records.SCHEMA_VERSION, "url": url, "status": status,
                                "headers": headers}
@@ -122,6 +125,8 @@ def fetched_page(url: str, status: int, headers: dict[str, str | list[str]], bod
         page["body_base64"] = base64.b64encode(body).decode("ascii")
     if fetched_at is not None:
         page["fetched_at"] = fetched_at
+    if record_id:
+        page["warc_record_id"] = record_id.strip()
     return page
 
 

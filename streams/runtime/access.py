@@ -15,7 +15,7 @@ anything: ``DescribeTopics`` with the authorized operations of each topic the wo
 (KIP-430; a topic that is gone answers ``UNKNOWN_TOPIC_OR_PART``, one the principal may not see
 ``TOPIC_AUTHORIZATION_FAILED``), and the same for its consumer group. A cause found becomes one
 error, :class:`~streams.errors.AccessDenied` or :class:`~streams.errors.TopicDeleted`, that names it
-and what to do (README, Reliability). Nothing is lost meanwhile: the open transaction never
+and what to do (docs/reliability.md). Nothing is lost meanwhile: the open transaction never
 commits, so a worker started again once the cause is fixed resumes from the last commit.
 
 A cluster that is merely down or moving its leaders answers the diagnosis with timeouts, which say
@@ -56,7 +56,7 @@ DIAGNOSIS_INTERVAL_S = 5.0  # suspect client errors come in bursts (one per part
 # a loaded cluster: a worker's consumer can find its new shard topic unknown): missing means missing
 # at every look, CONFIRMATION_S apart.
 CONFIRMATIONS, CONFIRMATION_S = 3, 4.0
-RECOVERY = "README, Reliability, 'Hostile cluster events'"
+RECOVERY = "docs/reliability.md, 'Hostile cluster events'"
 
 
 class Watch(Protocol):

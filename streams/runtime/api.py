@@ -16,7 +16,8 @@ What a stage is made of:
   :data:`Placed`;
 - the values its processors handle: :class:`Message`, :class:`Emit`, :class:`BatchState`,
   :class:`OwnedShards`, :class:`InputPositions`, :class:`InputReader`, :class:`RoutingMemory`;
-- :func:`partition_for` (the shard of a key), :class:`ProcessMap` (work in child processes).
+- :func:`partition_for` (the shard of a key), :class:`ProcessMap` (work in child processes) and
+  :func:`this_process_cores` (how many cores to spread it over).
 
 What an integration uses of the cluster: :class:`KafkaConfig`, :func:`read_from`,
 :func:`read_to_end`, :func:`pending_records`, :func:`ensure_topics`, :class:`TopicSpec`,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.context import StageContext
+from streams.runtime.cores import this_process_cores
 from streams.runtime.generations import current_topics
 from streams.runtime.kafka_io import KafkaConfig, pending_records, read_from, read_to_end
 from streams.runtime.message import InputPositions, InputReader, Message
@@ -49,5 +51,5 @@ __all__ = [
     "ProcessMap", "Processors", "RocksStore", "RoutingMemory", "ShardRecord", "Stage", "StageContext",
     "StateIdentity", "StateMove", "StoreSpec", "TopicSpec", "Topology", "current_topics", "disk_errors",
     "ensure_topics", "partition_for", "pending_records", "private_dir", "read_from", "read_to_end",
-    "rocks_store",
+    "rocks_store", "this_process_cores",
 ]

@@ -73,9 +73,12 @@ class OwnedShards:
     ``generation`` counts this worker's assignments and revocations (of its input partitions too):
     a stage that keeps anything about what it owns (the page stage's :mod:`local path
     <streams.stages.content_seen.local>`) starts it afresh when the count moves.
+
+    ``pending``: the shards owned whose shard topic still holds records routed to them before this
+    worker took them (:mod:`streams.runtime.backlog`); :meth:`settled` leaves them to the topic.
     """
 
-    __slots__ = ("_first_use", "_stores", "generation", "states")
+    __slots__ = ("_first_use", "_stores", "generation", "pending", "states")
 
     def __init__(self, stores: Mapping[int, PartitionStore],
                  first_use: Callable[[int, BatchState], None] | None = None) -> None:
@@ -83,6 +86,7 @@ class OwnedShards:
         self._first_use = first_use
         self.states: dict[int, BatchState] = {}
         self.generation = 0
+        self.pending: set[int] = set()
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._stores
@@ -103,3 +107,11 @@ class OwnedShards:
             if self._first_use is not None:
                 self._first_use(partition, state)
         return state
+
+    def settled(self, partition: int) -> BatchState | None:
+        """Shard ``partition`` for a router to decide a record of in place: None when it is not owned
+        here, or when records routed to it before this worker took it wait in its shard topic (the
+        record goes there too, after them, so sightings are decided in the order they came)."""
+        if partition in self.pending:
+            return None
+        return self.state(partition)

@@ -14,6 +14,8 @@ from typing import Any, Final, Protocol
 
 from confluent_kafka import Consumer, Producer
 
+from streams.runtime.describe import Describer, ProcessDescriber
+
 
 class KafkaClients(Protocol):
     """Makes a client from a librdkafka configuration."""
@@ -21,6 +23,10 @@ class KafkaClients(Protocol):
     def consumer(self, config: dict[str, Any]) -> Consumer: ...
 
     def producer(self, config: dict[str, Any]) -> Producer: ...
+
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> Describer:
+        """What asks the group's coordinator for its members (an admin client's configuration)."""
+        ...
 
 
 class ConfluentClients:
@@ -32,11 +38,14 @@ class ConfluentClients:
     def producer(self, config: dict[str, Any]) -> Producer:
         return Producer(config)
 
+    def describer(self, config: dict[str, Any], group: str, timeout_s: float) -> Describer:
+        return ProcessDescriber(config, group, timeout_s)
+
 
 CONFLUENT: Final[KafkaClients] = ConfluentClients()
 
 
-def worker_consumer(worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
+def worker_consumer(worker_id: str, session_timeout_ms: int, heartbeat_interval_ms: int) -> dict[str, Any]:
     """What a stage worker's consumer sets beyond :meth:`~streams.runtime.kafka_io.KafkaConfig.consumer`."""
     return {
         "fetch.max.bytes": 64 * 1024 * 1024,
@@ -48,6 +57,7 @@ def worker_consumer(worker_id: str, session_timeout_ms: int) -> dict[str, Any]:
         # instead of waiting for the killed member's session to expire.
         "group.instance.id": worker_id,
         "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": min(heartbeat_interval_ms, session_timeout_ms // 3),
         # Partition i of every internal topic belongs to shard i: the range assignor gives one
         # member the same partitions of topics of one partition count (streams/runtime/shards.py).
         "partition.assignment.strategy": "range",

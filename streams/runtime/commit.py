@@ -30,9 +30,10 @@ class Commit:
         self._counters = counters
         self._lifecycle = lifecycle
 
-    def init_transactions(self) -> None:
-        """Fence this worker's predecessor (the same transactional id) and abort what it left open."""
-        timeout_s, producer = self._timeout_s * 2, self._producer
+    def init_transactions(self, producer: Producer | None = None) -> None:
+        """Fence this worker's predecessor (the same transactional id) and abort what it left open,
+        with this worker's producer, or another of the same id (``producer``)."""
+        timeout_s, producer = self._timeout_s * 2, producer or self._producer
         self._watchdog.transactional("init_transactions", timeout_s,
                                      lambda: producer.init_transactions(timeout_s))
 

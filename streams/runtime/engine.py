@@ -35,6 +35,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Final, Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -42,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.access import NO_WATCH, Watch
+from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import BatchState
 from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
 from streams.runtime.commit import Commit, apply
@@ -51,10 +53,13 @@ from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.outputs import Outputs
+from streams.runtime.restore import ShardOpener, processes_for, restore_cold
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
 from streams.runtime.stage import Stage
+from streams.runtime.standby import Standbys
 from streams.runtime.store import PartitionStore
 from streams.runtime.topology import Topology, shard_handlers
+from streams.runtime.warmth import warmth_for
 from streams.runtime.watchdog import Watchdog
 
 log: Final = logging.getLogger(__name__)
@@ -122,10 +127,19 @@ class Engine:
         self.changelog_topic = topology.changelog
         self.counters = Counters()
         self.lifecycle = Lifecycle(topology.stage, topology.shard_topics, settings.recovery_log_interval_s)
-        self._declared = declared = stage.store()
-        self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity,
-                              store_factory or self._rocks_store, kafka, clients, self.counters,
-                              self.lifecycle)
+        declared = stage.store()
+        opener = None if store_factory else ShardOpener(
+            declared.open, stage_dir(settings, topology.stage), settings.shards,
+            settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
+        open_store = store_factory or opener
+        assert open_store is not None
+        restore = partial(restore_cold, kafka, opener, topic=topology.changelog,
+                          processes=processes_for(settings.restore_processes), watcher=self.lifecycle)
+        standbys = Standbys(topology.changelog, open_store, kafka, clients, settings.standby_replicas)
+        self._shards = Shards(topology.shard_topics, topology.changelog, declared.identity, open_store,
+                              kafka, clients, self.counters, self.lifecycle, standbys, restore)
+        self._warmth = warmth_for(kafka, clients, topology.group, settings, standbys, self._shards.bring_up,
+                                  self.lifecycle.standby)
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
@@ -138,15 +152,20 @@ class Engine:
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
-        session_ms = DRAIN_SESSION_TIMEOUT_MS if drain else 30_000
-        self._consumer = clients.consumer(kafka.consumer(
-            topology.group, **worker_consumer(settings.worker_id, session_ms), **watch.client_config()))
+        session_ms = int(1000 * settings.session_timeout_s)
+        session_ms = min(session_ms, DRAIN_SESSION_TIMEOUT_MS) if drain else session_ms
+        heartbeat_ms = int(1000 * settings.heartbeat_interval_s)
+        self._consumer = clients.consumer(kafka.consumer(topology.group, **worker_consumer(
+            settings.worker_id, session_ms, heartbeat_ms), **watch.client_config()))
+        self._backlogs = Backlogs(self._consumer, self._shard_topics, self._owned.pending)
         self._cut = Cut(self._consumer, self._inputs, settings.transaction_timeout_s) if drain else NoCut()
         self._outputs = Outputs(self.counters, topology.stage, topology.dead_letters,
                                 settings.dead_letter_max_value_bytes, output_limits)
-        self._producer = clients.producer({**self.kafka.transactional_producer(
+        producer_config = {**self.kafka.transactional_producer(
             f"{topology.group}.{settings.worker_id}", settings.transaction_timeout_s,
-            max_message_bytes=self._outputs.largest_record_bytes), **watch.client_config()})
+            max_message_bytes=self._outputs.largest_record_bytes), **watch.client_config()}
+        self._clients, self._producer_config = clients, producer_config  # see _join
+        self._producer = clients.producer(producer_config)
         self._watchdog = Watchdog(WEDGED_GRACE_S, settings.on_wedged)
         self._commit = Commit(self._producer, self._watchdog, topology.changelog,
                               settings.transaction_timeout_s, self.counters, self.lifecycle)
@@ -165,11 +184,6 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def _rocks_store(self, partition: int) -> PartitionStore:
-        path = stage_dir(self.settings, self.topology.stage) / f"shard-{partition:04d}"
-        return self._declared.open(path, self.settings.shards, self.settings.rocksdb_block_cache_mb,
-                                   self.settings.rocksdb_memtable_mb)
-
     def stop(self, *_: Any) -> None:
         """Finish the current batch, commit it, and leave the group (SIGTERM, SIGINT)."""
         self._stopping = True
@@ -183,9 +197,8 @@ class Engine:
     def run(self, idle_exit_s: float = math.inf, observer: EngineObserver = UNOBSERVED) -> None:
         """Process batches until :meth:`stop`, or until no record arrived for ``idle_exit_s``."""
         self._watchdog.start()
-        self._commit.init_transactions()
         observer.started(self)
-        self._subscribe()
+        self._join()
         try:
             while not self._stopping:
                 done = self.step()
@@ -208,6 +221,20 @@ class Engine:
         """What :meth:`run` does first: fence this worker's predecessor, join the group. For a
         caller that drives the engine :meth:`step` by :meth:`step` (the state-machine tests)."""
         self._watchdog.start()
+        self._join()
+
+    def _join(self) -> None:
+        """Fence this worker's predecessor, warm the shards it will own (:mod:`streams.runtime.warmth`),
+        initialise its transactions, then subscribe.
+
+        The predecessor is fenced at once, by a producer used for nothing else: what it left open is
+        aborted before the warm-up, which may be long, and readers of what it wrote do not wait for it.
+        The worker's own producer is initialised only after the warm-up, just before it joins:
+        another worker that took its shards meanwhile fences its id (it is not a member while it
+        warms up, :mod:`streams.runtime.takeover`), and librdkafka initialises a producer once."""
+        self._commit.init_transactions(self._clients.producer(self._producer_config))
+        self.lifecycle.warming()
+        self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)
         self._commit.init_transactions()
         self._subscribe()
 
@@ -225,10 +252,14 @@ class Engine:
         self.lifecycle.turned()
         self._watch.check()
         batch = self._consume()
+        owned = frozenset(self._shards.stores)
         if batch or self._flow.holding:
+            began = time.perf_counter()
             self._run_batch(batch)
             self._last_activity = time.monotonic()
+            self._warmth.tick(owned, time.perf_counter() - began)
             return "batch"
+        self._warmth.tick(owned, None)
         if self._punctuate_idle():
             return "report"
         return "idle"
@@ -253,6 +284,7 @@ class Engine:
     def close(self) -> None:
         """Leave the group, close the clients and the stores."""
         self._watchdog.request_stop()  # a close that wedges exits; it never restarts the worker
+        self._warmth.close()
         try:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
                 self._consumer.close()
@@ -269,7 +301,9 @@ class Engine:
         self._cut.assigned(partitions)
         owned = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self.lifecycle.assigned_now(owned)
+        self._warmth.gained([(tp.topic, tp.partition) for tp in partitions])
         self._shards.assigned(partitions)
+        self._backlogs.assigned(partitions)
         self._positions.assigned(partitions)
         self.assignment = owned
         self._assigned = True
@@ -288,6 +322,7 @@ class Engine:
         self._flow.revoked(revoked)
         self._cut.revoked(revoked)
         self._shards.revoked(partitions)
+        self._backlogs.revoked(partitions)
 
     def _punctuate_idle(self) -> bool:
         """With no input to process: run the scheduled callbacks in a transaction of their own when
@@ -330,8 +365,9 @@ class Engine:
         self._flow.resume_if_ready()
         limit = self.settings.batch_max_messages
         messages = self._consumer.consume(limit, timeout=0)
-        if not messages and not self._flow.holding:
-            messages = self._consumer.consume(1, timeout=self.settings.batch_max_wait_s)
+        if not messages and not self._flow.holding:  # no wait while a standby has work to do
+            wait_s = 0.0 if self._warmth.behind else self.settings.batch_max_wait_s
+            messages = self._consumer.consume(1, timeout=wait_s)
             if messages and limit > 1:
                 messages.extend(self._consumer.consume(limit - 1, timeout=0))
         batch = []
@@ -345,6 +381,9 @@ class Engine:
                     continue  # fetched before its partition was revoked: not ours to process
                 batch.append(message)
                 by_topic[topic] = by_topic.get(topic, 0) + 1
+            elif error.code() == KafkaError._FATAL:  # the consumer is done for: see Watchdog.session_lost
+                self._watchdog.session_lost(str(error))
+                raise RuntimeFailure(f"consumer: {error}")
             elif error.fatal():
                 raise RuntimeFailure(f"consumer: {error}")
             elif error.code() != KafkaError._PARTITION_EOF:
@@ -361,6 +400,7 @@ class Engine:
         the batch goes on in a new transaction, leaving the last record and the commit the rest.
         """
         batch = self._flow.arrange(batch)
+        self._backlogs.batch_starting()
         budget_s, start, batch_began = self.settings.transaction_timeout_s / 3, 0, time.perf_counter()
         while start < len(batch):
             began = time.perf_counter()
@@ -432,6 +472,7 @@ class Engine:
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
         self._shards.identities.aborted()
         self._routing.aborted()
+        self._backlogs.aborted()
         self._punctuators.aborted()
         self._commit.abort()
         self.counters.aborted_batches += 1

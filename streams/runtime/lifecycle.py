@@ -90,7 +90,7 @@ class Lifecycle:
         self.stage = stage
         self.shard_topics = frozenset(shard_topics)  # partition i of each is shard i
         self.recovery_log_interval_s = recovery_log_interval_s
-        self.phase = "starting"  # starting, joining, recovering, running, stopping, stopped
+        self.phase = "starting"  # starting, warming, joining, recovering, running, stopping, stopped
         self.began = time.monotonic()
         self.last_turn = self.began  # time.monotonic() of the main loop's last sign of life
         self.last_commit_time = time.time()  # wall clock: a gauge, compared with Prometheus's time()
@@ -104,6 +104,10 @@ class Lifecycle:
         self._last_progress_log = 0.0
         self._logged: dict[int, tuple[int, float]] = {}  # shard -> (done, when) of its last line
         self._ready_pending = False
+        # Standby copies kept here (streams/runtime/standby.py): shard -> changelog offsets not yet
+        # applied; and whether each has reached its changelog's end once since it was placed.
+        self.standbys: dict[int, int] = {}
+        self.standbys_warm = True
 
     # -- start and the loop ---------------------------------------------------------------
 
@@ -111,6 +115,11 @@ class Lifecycle:
         """The start line; ``facts``: version, build, worker id, app id, shards, brokers..."""
         text = ", ".join(f"{name} {value}" for name, value in facts.items())
         log.info("start: %s: %s", self.stage, text, extra={"fields": {"event": "start", **facts}})
+
+    def warming(self) -> None:
+        """Catching up on the shards it will own, before joining the group (:mod:`streams.runtime.warmth`)."""
+        self.phase = "warming"
+        self.last_turn = time.monotonic()
 
     def joining(self) -> None:
         self.phase = "joining"
@@ -216,8 +225,10 @@ class Lifecycle:
                                    "records_per_s": round(rate), "seconds_left": left_s}})
 
     def recovered(self, records: int, seconds: float) -> None:
-        """Recovery of the shards just assigned finished (zero records when they were current)."""
-        self._recovered_records, self._recovery_s = records, seconds
+        """Recovery of the shards just assigned finished (zero records when they were current); the
+        ``ready`` line counts every recovery since the last one (a warm-up's before joining too)."""
+        self._recovered_records += records
+        self._recovery_s += seconds
         self._logged = {}
         self.recovery = {shard: ShardRecovery(job.start, job.end, job.end, job.began)
                          for shard, job in self.recovery.items()}
@@ -234,10 +245,21 @@ class Lifecycle:
                                    "recovery_s": round(self._recovery_s, 3),
                                    "since_assignment_s": round(now - self._assigned_at, 3),
                                    "since_start_s": round(now - self.began, 3)}})
+        self._recovered_records, self._recovery_s = 0, 0.0
+
+    def standby(self, lags: Mapping[int, int], warm: bool) -> None:
+        """The standby copies' lag (shard -> offsets), about once a second; ``warm``: each has
+        caught up with its changelog once. Tells when they first all are."""
+        if warm and not self.standbys_warm and lags:
+            log.info("standby: shards %s caught up with their changelogs", _shards(lags),
+                     extra={"fields": {"event": "standby_warm", "shards": sorted(lags)}})
+        self.standbys, self.standbys_warm = dict(lags), warm
 
     @property
     def ready(self) -> bool:
-        return self.phase == "running"
+        """Running, and every standby copy here has caught up once: a worker added in a rolling
+        restart is ready to stand in for the next one to go, not only to work."""
+        return self.phase == "running" and self.standbys_warm
 
     # -- stop ------------------------------------------------------------------------------
 

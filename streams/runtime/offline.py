@@ -50,9 +50,13 @@ from streams.runtime.topology import Topology, shard_handlers
 SHARD: Final = 0  # the one shard of an offline run
 
 
+LINES_KEY = "offline_lines"  # the last input offset an offline run decided, in its store's metadata
+
+
 @dataclass(frozen=True, slots=True)
 class LineMessage:
-    """One input line dressed as a Kafka message (offset = line number)."""
+    """One input line dressed as a Kafka message (offset = line number, counted on from the last run
+    over the same state)."""
 
     _topic: str
     _offset: int
@@ -104,6 +108,11 @@ class OfflineDriver:
         self.topology = topology
         self.counters = counters or Counters()
         self._source = topology.input_topics[0]
+        self._store = store
+        # Lines are offsets of the input, counted on from the last run over the same state: a stage
+        # keeps input positions in its state (the page stage's marks and progress), and positions
+        # that went back to 1 would never again cover what the last run left waiting.
+        self._base = int(store.get_meta(LINES_KEY) or b"0")
         self._identities = ShardIdentities(stage.store().identity)
         self._identities.opened(SHARD, store)
         self.owned = OwnedShards({SHARD: store}, self._identities.first_use)
@@ -117,7 +126,11 @@ class OfflineDriver:
 
     def message(self, number: int, value: bytes, key: bytes | None = None) -> LineMessage:
         """Line ``number`` as a record of the stage's first input topic."""
-        return LineMessage(self._source, number, value, key)
+        return LineMessage(self._source, self._base + number, value, key)
+
+    def line_of(self, message: LineMessage) -> int:
+        """The line number of ``message`` in this run's input."""
+        return message.offset() - self._base
 
     def prepare(self, messages: Sequence[LineMessage]) -> int:
         """Lines read ahead, to the stage's ``prepare_input`` before they are decided (the page stage
@@ -160,6 +173,7 @@ class OfflineDriver:
         services.routing.accept_record()
         for state in states.values():
             state.store.apply(state.writes, None)
+        self._store.set_meta(LINES_KEY, str(message.offset()).encode())
         services.routing.committed()
         services.punctuators.committed()
         self._identities.committed()
@@ -194,7 +208,7 @@ def run_offline(topology: Topology, stage: Stage, store: PartitionStore, lines: 
             try:
                 emits = driver.decide(message, prepared=True)
             except RecordRejected as rejected:
-                _report(message.offset(), rejected, out if errors_to_stdout else None)
+                _report(driver.line_of(message), rejected, out if errors_to_stdout else None)
                 continue
             for emit in emits:
                 if emit.topic == output_topic and emit.value is not None:

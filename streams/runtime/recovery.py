@@ -33,6 +33,10 @@ _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_N
                         KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
 
 APPLY_CHUNK = 20_000
+# How long the broker holds a fetch that finds nothing new. librdkafka's default, 500 ms, is what a
+# recovery with nothing left to replay took before it saw the partitions' end: every assignment of a
+# takeover paid it. A recovery fetches until the end and stops, so asking again sooner costs little.
+END_WAIT_MS = 10
 
 
 class RecoveryWatcher(Protocol):
@@ -57,14 +61,14 @@ def start_offset(store: PartitionStore, low: int, high: int, where: str) -> int 
         raise StateError(
             f"local state of {where} is at offset {stored} but the changelog ends at {high}: "
             "the changelog was deleted and recreated, and the state it held with it: rebuild the "
-            "stage's state from its input (README, Reliability, 'Hostile cluster events')"
+            "stage's state from its input (docs/reliability.md, 'Hostile cluster events')"
         )
     start = max(low, 0 if stored is None else stored + 1)
     return None if start >= high else start
 
 
-class _Pending:
-    """Writes read from one changelog partition, not yet applied."""
+class Replay:
+    """Writes read from one changelog partition, not yet applied (recovery's and a standby's)."""
 
     def __init__(self, store: PartitionStore, start: int, end: int) -> None:
         self.store = store
@@ -94,15 +98,16 @@ class _Pending:
 
 
 def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str,
-            timeout_s: float = 600.0, clients: KafkaClients = CONFLUENT,
+            patience_s: float = 600.0, clients: KafkaClients = CONFLUENT,
             watcher: RecoveryWatcher | None = None) -> RecoveryResult:
     """Apply every changelog record after each store's offset; return counts per partition."""
     began = time.monotonic()
     consumer = clients.consumer(kafka.consumer(
-        f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024}))
+        f"{topic}.recovery", **{"enable.partition.eof": True, "fetch.max.bytes": 64 * 1024 * 1024,
+                                "fetch.wait.max.ms": END_WAIT_MS}))
     try:
         pending = _assign(consumer, stores, topic)
-        _replay(consumer, pending, topic, began + timeout_s, watcher)
+        _replay(consumer, pending, topic, patience_s, watcher)
     finally:
         consumer.close()
     result = RecoveryResult({p: job.applied for p, job in pending.items()}, time.monotonic() - began)
@@ -111,21 +116,21 @@ def recover(kafka: KafkaConfig, stores: Mapping[int, PartitionStore], topic: str
     return result
 
 
-def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str) -> dict[int, _Pending]:
-    pending: dict[int, _Pending] = {}
+def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str) -> dict[int, Replay]:
+    pending: dict[int, Replay] = {}
     assignment = []
     for partition, store in stores.items():
-        low, high = _watermarks(consumer, TopicPartition(topic, partition))
+        low, high = watermarks(consumer, TopicPartition(topic, partition))
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
-            pending[partition] = _Pending(store, offset, high)
+            pending[partition] = Replay(store, offset, high)
             assignment.append(TopicPartition(topic, partition, offset))
     if assignment:
         consumer.assign(assignment)
     return pending
 
 
-def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
+def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
     """The changelog partition's offsets, retried through transient broker states.
 
     Right after a restart or a leader move the broker answers ``NOT_LEADER_FOR_PARTITION`` or
@@ -148,25 +153,36 @@ def _watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float 
             time.sleep(0.5)
 
 
-def _replay(consumer: Consumer, pending: dict[int, _Pending], topic: str, deadline: float,
+def _replay(consumer: Consumer, pending: dict[int, Replay], topic: str, patience_s: float,
             watcher: RecoveryWatcher | None) -> None:
+    """Read every pending partition to its end. Fails only when nothing at all arrived for
+    ``patience_s``: a large state replays for as long as it takes while it advances."""
     open_partitions = set(pending)
+    last_news = time.monotonic()
     while open_partitions:
-        if time.monotonic() > deadline:
-            raise RuntimeFailure(f"recovery of {topic} did not reach the end in time")
         if watcher is not None:
             watcher.recovering({partition: (job.start, job.end if partition not in open_partitions
                                             else job.reached, job.end) for partition, job in pending.items()})
-        for message in consumer.consume(10_000, timeout=0.1):
-            partition = message.partition()
-            assert partition is not None
+        messages = consumer.consume(10_000, timeout=0.1)
+        if messages:
+            last_news = time.monotonic()
+        elif time.monotonic() - last_news > patience_s:
+            raise RuntimeFailure(f"recovery of {topic} read nothing for {patience_s:.0f} s before the end "
+                                 f"of partitions {sorted(open_partitions)}")
+        for message in messages:
             error = message.error()
-            if error is None:
-                pending[partition].add(message)
+            if error is None:  # Replay.add inlined: the loop runs once per changelog record
+                job = pending[message.partition() or 0]
+                key = message.key()
+                if key is not None:
+                    job.writes[key] = message.value()
+                    job.last_offset = message.offset()
+                    if len(job.writes) >= APPLY_CHUNK:
+                        job.flush()
             elif error.code() == KafkaError._PARTITION_EOF:
-                pending[partition].flush()
-                open_partitions.discard(partition)
+                pending[message.partition() or 0].flush()
+                open_partitions.discard(message.partition() or 0)
             elif error.fatal():
-                raise RuntimeFailure(f"reading changelog {topic}[{partition}]: {error}")
-            else:  # librdkafka retries these itself (a leader move); the deadline bounds the wait
-                log.warning("reading changelog %s[%s]: %s", topic, partition, error)
+                raise RuntimeFailure(f"reading changelog {topic}[{message.partition()}]: {error}")
+            else:  # librdkafka retries these itself (a leader move); the patience bounds the wait
+                log.warning("reading changelog %s[%s]: %s", topic, message.partition(), error)

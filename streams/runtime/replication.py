@@ -114,7 +114,8 @@ def _check(chosen: Replication, why: str, found: _Found, internal: Sequence[str]
         if name in found.replicas and found.replicas[name] < chosen.factor:
             raise ConfigError(
                 f"internal topic {name} keeps {found.replicas[name]} replica(s) of some partition, fewer "
-                f"than {why}: raise it with kafka-reassign-partitions (README, Reliability), or set "
+                f"than {why}: raise it with kafka-reassign-partitions (docs/configuration.md, "
+                f"'Replication'), or set "
                 f"[topics] replication_factor = {found.replicas[name]} to run on fewer copies")
         if name in found.min_insync and found.min_insync[name] < chosen.min_insync:
             raise ConfigError(

@@ -23,7 +23,6 @@ failing its batch forever.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
 from streams.runtime.kafka_io import RECORD_OVERHEAD, KafkaConfig, partition_count
 from streams.runtime.replication import for_stage as replication_for_stage
+from streams.runtime.restore import tune_garbage_collector
 from streams.runtime.shards import stage_dir
 from streams.runtime.stage import Stage
 from streams.runtime.store import disk_errors, private_dir
@@ -74,7 +74,7 @@ def _check_local_shard_count(directory: Path, shards: int) -> None:
         raise ShardCountMismatch(
             f"local state in {directory} was built with shards={found}, not {shards}; start with "
             f"shards={found}, or move the state to {shards} shards with 'python -m streams reshard' "
-            "(README, 'Scaling out')"
+            "(docs/production.md, 'Scaling out')"
         )
 
 
@@ -129,22 +129,6 @@ def generation_check(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str
 def topic_size_config(max_record_bytes: int) -> dict[str, str]:
     """The ``max.message.bytes`` of the topics a stage creates: its largest input and what it adds."""
     return {"max.message.bytes": str(max_record_bytes + OUTPUT_HEADROOM + RECORD_OVERHEAD)}
-
-
-def tune_garbage_collector() -> None:
-    """Keep the cyclic garbage collector off a worker's hot path.
-
-    Every batch allocates thousands of objects the collector tracks (a ``Message`` per record, the
-    records' dicts, their ``Emit`` s) and frees them, almost all by reference counting, when the
-    batch ends. At CPython's default generation-0 threshold (700 allocations) the collector ran
-    several times a batch and each time traversed the batch's live records, and promoted them, only
-    for them to die a moment later; in the URL stage that cost 9 % of its throughput (A/B in
-    docs/decisions/0002-compiled-hot-path.md). With a threshold above a batch's allocations it
-    rarely runs while a batch is alive. ``gc.freeze`` moves what start-up built (modules, schemas,
-    tables) out of every later collection: it is never garbage. Cycles are still collected.
-    """
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
 
 
 def keyed_input_shards(kafka: KafkaConfig, topology: Topology) -> int:

@@ -1,4 +1,4 @@
-"""The shards one worker owns: their stores opened and recovered on assignment, closed on revocation.
+"""The shards one worker owns: their stores opened and recovered on assignment, parked on revocation.
 
 A shard is partition *i* of every internal topic of a stage (they are co-partitioned) and store *i*,
 backed by changelog partition *i*. When the group assigns a worker partitions, :meth:`Shards.assigned`
@@ -7,7 +7,10 @@ partitions of topics with one partition count; another assignor, or internal top
 counts, would have two workers write one changelog partition), opens the new shards' stores (the
 stage's declared store, :mod:`streams.runtime.store_spec`), brings them up to date from their
 changelog partitions (:mod:`streams.runtime.recovery`) and checks what they were built with
-(:mod:`streams.runtime.identity`). Revocation closes them and tells the stage.
+(:mod:`streams.runtime.identity`). A store this worker keeps as a standby is taken over open, and only
+the changelog's tail is replayed (:mod:`streams.runtime.standby`); shards with no local state at all
+are first rebuilt in processes of their own (:mod:`streams.runtime.restore`). Revocation tells the
+stage and parks the stores with the standbys, open, until the new assignment says which come back.
 """
 
 from __future__ import annotations
@@ -26,13 +29,19 @@ from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.lifecycle import Lifecycle
-from streams.runtime.recovery import recover
+from streams.runtime.recovery import RecoveryResult, recover
+from streams.runtime.standby import Standbys
 from streams.runtime.store import PartitionStore, close_all
 from streams.runtime.store_spec import StateIdentity
 
 log = logging.getLogger(__name__)
 
 StoreFactory = Callable[[int], PartitionStore]
+
+
+def _nothing_restored(shards: Sequence[int]) -> RecoveryResult:
+    """No shard rebuilt apart: every one is opened and recovered in the worker."""
+    return RecoveryResult()
 
 
 def stage_dir(settings: RuntimeSettings, stage_name: str) -> Path:
@@ -45,7 +54,8 @@ class Shards:
 
     def __init__(self, shard_topics: Iterable[str], changelog: str, identity: StateIdentity,
                  open_store: StoreFactory, kafka: KafkaConfig, clients: KafkaClients,
-                 counters: Counters, lifecycle: Lifecycle) -> None:
+                 counters: Counters, lifecycle: Lifecycle, standbys: Standbys,
+                 restore: Callable[[Sequence[int]], RecoveryResult] = _nothing_restored) -> None:
         self.topics = frozenset(shard_topics)
         self._changelog = changelog
         self._open = open_store
@@ -53,23 +63,34 @@ class Shards:
         self._clients = clients
         self._counters = counters
         self._lifecycle = lifecycle
+        self._standbys = standbys
+        self._restore = restore
         self.stores: dict[int, PartitionStore] = {}
         self.identities = ShardIdentities(identity)
         self.owned = OwnedShards(self.stores, self.identities.first_use)
         self.listeners: list[Callable[[Sequence[int]], None]] = []  # told of shards revoked
 
     def assigned(self, partitions: Sequence[TopicPartition]) -> None:
-        """Open, recover and check the stores of the shards newly assigned."""
+        """Bring the stores of the shards newly assigned up to date, check and own them."""
         shards = sorted(self._of(partitions))
-        opened = {shard: self._open(shard) for shard in shards if shard not in self.stores}
-        result = recover(self._kafka, opened, self._changelog, clients=self._clients,
-                         watcher=self._lifecycle)
-        self._lifecycle.recovered(result.total, result.seconds)
-        self._counters.recovered_records += result.total
+        opened = self.bring_up([shard for shard in shards if shard not in self.stores])
         for partition, store in opened.items():
             self.identities.opened(partition, store)
         self.stores.update(opened)
         self.owned.generation += 1  # input partitions count too: a stage's routing changed
+
+    def bring_up(self, shards: Sequence[int]) -> dict[int, PartitionStore]:
+        """The stores of ``shards``, at their changelog's end: taken from the standbys (only their
+        tail to replay), rebuilt in processes of their own (no local state), or opened; then
+        recovered. For an assignment, and for a worker warming up before it joins."""
+        taken = {shard: store for shard in shards if (store := self._standbys.take(shard)) is not None}
+        cold = self._restore([shard for shard in shards if shard not in taken])  # left closed
+        opened = {shard: taken[shard] if shard in taken else self._open(shard) for shard in shards}
+        result = recover(self._kafka, opened, self._changelog, clients=self._clients,
+                         watcher=self._lifecycle)
+        self._lifecycle.recovered(cold.total + result.total, cold.seconds + result.seconds)
+        self._counters.recovered_records += cold.total + result.total
+        return opened
 
     def _of(self, partitions: Sequence[TopicPartition]) -> set[int]:
         """The shards of an assignment; every shard topic's partition i must come with the others'."""
@@ -85,7 +106,8 @@ class Shards:
         return shards
 
     def revoked(self, partitions: Sequence[TopicPartition]) -> None:
-        """Close the revoked shards' stores; the stage hears which went elsewhere."""
+        """Hand the revoked shards' stores to the standbys (kept open: most come back at once); the
+        stage hears which went elsewhere."""
         shards = sorted({tp.partition for tp in partitions if tp.topic in self.topics})
         self.owned.generation += 1
         self.identities.revoked(shards)
@@ -94,9 +116,13 @@ class Shards:
         for shard in shards:
             store = self.stores.pop(shard, None)
             if store is not None:
-                store.close()
+                self._standbys.park(shard, store)
 
     def close(self) -> None:
+        """Close the owned stores and the standbys' (each flushes its memtable)."""
         stores = list(self.stores.values())
         self.stores.clear()
-        close_all(stores)
+        try:
+            self._standbys.close()
+        finally:
+            close_all(stores)

@@ -45,15 +45,22 @@ def _never_refused(partition: int, found: Mapping[bytes, bytes | None]) -> Strea
 NO_IDENTITY: Final = StateIdentity({}, _never_refused)  # nothing to write, nothing to compare
 
 
+@dataclass(frozen=True)
+class RocksOpener:
+    """Opens a RocksDB shard store; a value, not a closure, so a restore process can be handed it
+    (:mod:`streams.runtime.restore`)."""
+
+    point_read_prefix_bytes: int | None = None
+
+    def __call__(self, path: Path, shards: int, block_cache_mb: int, memtable_mb: int) -> PartitionStore:
+        return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=self.point_read_prefix_bytes,
+                          memtable_mb=memtable_mb)
+
+
 def rocks_store(point_read_prefix_bytes: int | None) -> StoreOpener:
     """RocksDB, in PlainTable format for point reads hashed on ``point_read_prefix_bytes`` of each
     key (:mod:`streams.runtime.rocks_tables` says when that pays), else block-based with a cache."""
-
-    def open_store(path: Path, shards: int, block_cache_mb: int, memtable_mb: int) -> PartitionStore:
-        return RocksStore(path, block_cache_mb, plain_table_prefix_bytes=point_read_prefix_bytes,
-                          memtable_mb=memtable_mb)
-
-    return open_store
+    return RocksOpener(point_read_prefix_bytes)
 
 
 def _not_movable(old_shards: int, shards: int) -> StateMove:
@@ -66,12 +73,14 @@ class StoreSpec:
 
     - ``open``: the store of one shard (default: RocksDB, block-based tables with a block cache);
       :func:`rocks_store` for PlainTable point reads, or the stage's own kind (the URL stage's
-      seen-set behind a Bloom filter).
+      seen-set behind a Bloom filter). It must pickle (a module-level function, a ``partial`` of
+      one, a dataclass): a restore from an empty state directory opens stores in processes of its
+      own.
     - ``identity``: what the state must have been built with (none by default).
     - ``layout``: how its entries move from one shard count to another
       (:mod:`streams.runtime.moves`); a store without one cannot be resharded.
     """
 
-    open: StoreOpener = field(default_factory=lambda: rocks_store(None))
+    open: StoreOpener = field(default_factory=RocksOpener)
     identity: StateIdentity = NO_IDENTITY
     layout: MoveFactory = _not_movable

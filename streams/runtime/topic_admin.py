@@ -67,7 +67,8 @@ def ensure_topics(kafka: KafkaConfig, specs: Iterable[TopicSpec], replication: R
                 raise ShardCountMismatch(
                     f"topic {spec.name} has {found} partitions but shards={spec.partitions}; "
                     f"state is partitioned by shard, so start with shards={found}, or move the state "
-                    f"to {spec.partitions} shards with 'python -m streams reshard' (README, 'Scaling out')"
+                    f"to {spec.partitions} shards with 'python -m streams reshard' "
+                    f"(docs/production.md, 'Scaling out')"
                 )
     missing = [spec for spec in specs if spec.name not in existing]
     if not missing:

@@ -196,6 +196,16 @@ class Watchdog:
             if any(number in STOP_SIGNALS for number in os.read(read_fd, 64)):
                 self._stop_requested.set()
 
+    def session_lost(self, error: str) -> None:
+        """The consumer is in a fatal state: librdkafka gave up its group session (no answer from a
+        moving coordinator for ``session_timeout_s``) and, rejoining under the same
+        ``group.instance.id``, was fenced by its own new incarnation (``FENCED_INSTANCE_ID``, seen
+        when a cluster's leader was SIGKILLed with a 6 s session). Only a new consumer can rejoin:
+        the same action as for a wedged call, a restart in place (or an exit with
+        :data:`EXIT_WEDGED`), which resumes from the last commit; with a stop pending, an exit."""
+        log.error("the consumer lost its group session and cannot rejoin (%s)", error)
+        (self._on_stop if self.stop_requested else self._on_wedged)()
+
     def _act(self, name: str) -> None:
         overrun = "a stop signal is pending" if self.stop_requested else "no stop requested"
         log.error("%s has not returned %.0f s past its timeout: the Kafka client is wedged "

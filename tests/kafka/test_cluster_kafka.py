@@ -20,10 +20,12 @@ move with the node when it holds them).
 The workers are supervised as an orchestrator would (:meth:`tests.reliability.Deployment.wait_until`:
 a worker that exits is started again; one that committed nothing for ``STALL_S`` with input left is
 restarted); what the supervisor did is printed with the figures and, for the faults a worker rides out
-on its own, must be nothing (README, Reliability, says which do).
+on its own, must be nothing (docs/reliability.md says which do).
 
-The short SIGKILL case, URL stage only, runs in ``make test``; the three faults with all three stages
-are ``slow`` (``make reliability``).
+All of them are ``slow`` (``make reliability``): the short SIGKILL case, URL stage only, and the
+three faults with all three stages. The short case ran in ``make test`` until the loop was cut to
+minutes: its cluster of three JVMs took a fifth of the broker tests' time, and the fault it strikes
+is the one ``test_leader_sigkill_all_stages`` strikes, with every stage.
 """
 
 from __future__ import annotations
@@ -207,8 +209,9 @@ def _under_fault(cluster: LocalCluster, prefix: str, tmp_path: Path, work: r.Wor
     return figures
 
 
+@pytest.mark.slow
 def test_leader_sigkill_during_url_stage(cluster: LocalCluster, prefix: str, tmp_path: Path) -> None:
-    """The short case (make test): the URL stage alone, a few hundred URLs, one leader SIGKILLed and
+    """The short case: the URL stage alone, a few hundred URLs, one leader SIGKILLed and
     restarted mid-stream."""
     work = r.workload(seed=51, articles=4, urls=300, repeats=3)
     figures = _under_fault(cluster, prefix, tmp_path, work, "leader SIGKILL", _sigkill_leader,
@@ -240,7 +243,7 @@ def test_leader_sigstop_all_stages(cluster: LocalCluster, prefix: str, tmp_path:
     figures = _under_fault(cluster, prefix, tmp_path, work, "leader SIGSTOP", _sigstop_leader,
                            feed_steps=10, pause_s=2.0)
     # A stall past the transaction timeout may fence a worker's producer: it exits, saying so, and
-    # its supervisor starts it again (README, Reliability). It never hangs for the supervisor to kill.
+    # its supervisor starts it again (docs/reliability.md). It never hangs for the supervisor to kill.
     assert not figures["supervisor"].get("stalled"), figures
 
 

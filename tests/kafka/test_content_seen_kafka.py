@@ -18,7 +18,7 @@ from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from streams.topics import Topics
 from testing import harness as h
 from testing.cli import PROJECT_ROOT
-from testing.verdicts import check_against_plan, offline_verdicts
+from testing.verdicts import PAYLOAD_FIELDS, check_against_plan, offline_verdicts, with_identical_copies
 
 INPUT_PARTITIONS = 4
 
@@ -54,7 +54,7 @@ def test_mirrors_through_other_partitions_and_workers_are_found(kafka: KafkaConf
     originals); once the originals are decided, the last third. Every verdict is the offline mode's
     on the pages sorted by fetch time."""
     topics = Topics(prefix)
-    pages = simweb.crawl(seed=3, articles=24)
+    pages = with_identical_copies(simweb.crawl(seed=3, articles=24))
     originals = [page for page in pages if page.kind == "original"]
     copies = [page for page in pages if page.kind != "original"]
     random.Random(3).shuffle(copies)
@@ -102,7 +102,7 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     and pauses the rest (streams/runtime/inflow.py), and restarted workers read waiting pages back
     from the input topic (streams/stages/content_seen/waiting.py)."""
     topics = Topics(prefix)
-    pages = simweb.crawl(seed=11, articles=120)
+    pages = with_identical_copies(simweb.crawl(seed=11, articles=120))
     _produce_crawl(kafka, topics, pages)
     paced = [] if page_cache_mb is None else ["--batch-max-messages", "500"]
     command = _worker(kafka, prefix, tmp_path / "state", "w0", *(paced or ["--batch-max-messages", "50"]))
@@ -127,6 +127,9 @@ def test_content_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_pat
     offline = {v["url"]: v for v in offline_verdicts(kafka, pages, tmp_path / "offline")}
     assert {v["url"]: (v["verdict"], v["kind"]) for v in verdicts} == {
         url: (v["verdict"], v["kind"]) for url, v in offline.items()}
+    first_captures = {v["url"]: [v[name] for name in PAYLOAD_FIELDS] for v in verdicts}  # revisits' targets
+    assert first_captures == {url: [v[name] for name in PAYLOAD_FIELDS] for url, v in offline.items()}
+    assert sum(1 for v in verdicts if v["first_capture_warc_record_id"]) >= 20
     if page_cache_mb is not None:
         assert "partitions paused" in (tmp_path / "worker.log").read_text()
 

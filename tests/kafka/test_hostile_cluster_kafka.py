@@ -1,6 +1,6 @@
 """Hostile cluster events under a running worker (issue 37): its SASL credential stops working, a
 topic ACL it needs is revoked, its changelog is deleted. Each time: the worker stops with one line
-that names the cause and where the recovery is documented (README, Reliability, "Hostile cluster
+that names the cause and where the recovery is documented (docs/reliability.md, "Hostile cluster
 events"); what it committed before is whole (read_committed: nothing doubled, every decision the
 offline one); and after the documented recovery the stage's output is complete.
 
@@ -94,7 +94,7 @@ def _stopped_by(worker: r.Worker, pattern: str) -> str:
     code = worker.wait(EXIT_S)
     lines = [line for line in worker.runs()[-1].splitlines() if line.startswith("error:")]
     assert code == 2 and len(lines) == 1, f"exit {code}, {lines}: {worker.tail()}"
-    assert re.search(pattern, lines[0]) and "README, Reliability" in lines[0], lines[0]
+    assert re.search(pattern, lines[0]) and "docs/reliability.md" in lines[0], lines[0]
     return lines[0]
 
 
@@ -235,7 +235,7 @@ def _reset(admin: AdminClient, offsets: ConsumerGroupTopicPartitions) -> bool:
 
 
 def _rebuild_from_input(broker: kafka_local.LocalBroker, deployment: r.Deployment) -> None:
-    """README's recovery for a deleted changelog, as an operator runs it with Kafka's tools: the
+    """The documented recovery for a deleted changelog, as an operator runs it with Kafka's tools: the
     stage's internal topics deleted, its state directories too, its group's input offsets to the
     beginning (kafka-consumer-groups --reset-offsets --to-earliest)."""
     admin = _admin(broker)

@@ -152,7 +152,10 @@ def _pace(kafka: KafkaConfig, topic: str, rate_per_s: int, seconds: float) -> in
 def workers(kafka: KafkaConfig, prefix: str, tmp_path: Path) -> Iterator[list[Worker]]:
     topics = Topics(prefix)
     ensure_topics(kafka, [TopicSpec(topics.frontier, 4), TopicSpec(topics.fetched_pages, 2)])
-    env = worker_env(kafka.bootstrap_servers, STREAMS_METRICS_LAG_INTERVAL_S="1", STREAMS_LOG_FORMAT="json")
+    # Standbys, so the dashboard's standby panel has series; a long session, so the partitions of the
+    # URL worker the test kills stay unassigned while their lag is measured.
+    env = worker_env(kafka.bootstrap_servers, STREAMS_METRICS_LAG_INTERVAL_S="1", STREAMS_LOG_FORMAT="json",
+                     STREAMS_RUNTIME_STANDBY_REPLICAS="1", STREAMS_RUNTIME_SESSION_TIMEOUT_S="60")
     common = ["--topic-prefix", prefix, "--app-id", "app", "--state-dir", str(tmp_path / "state"),
               "--shards", "4"]
     started = [Worker(["url-dedup", "--worker-id", "u0", *common], env),

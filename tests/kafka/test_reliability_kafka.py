@@ -54,7 +54,9 @@ The broker test runs its own broker (``STREAMS_TEST_RESTART_PORT``, default 1969
 above for its controller), since it stops it; it is skipped against an external cluster.
 
 Short versions run in ``make test`` (a few hundred records per stage); the ``slow`` ones (more
-records, more membership changes) in ``make reliability``.
+records, more membership changes) in ``make reliability``, and so do both broker tests: the short one
+stops and starts a broker of its own twice, the longest run of ``make test`` when it was there
+(``test_broker_restarts_and_crash_long`` strikes the same faults, and a SIGKILL besides).
 """
 
 from __future__ import annotations
@@ -313,6 +315,7 @@ def _report_interventions(deployment: r.Deployment) -> None:
         f"{deployment.interventions} (logs: {deployment.logs})")
 
 
+@pytest.mark.slow
 def test_broker_restart_mid_stream(restart_broker: kafka_local.LocalBroker, prefix: str,
                                    tmp_path: Path) -> None:
     work = r.workload(seed=41, articles=24, urls=300)

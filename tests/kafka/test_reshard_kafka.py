@@ -41,16 +41,25 @@ APP = "app"
 
 
 class Writer(threading.Thread):
-    """Writes ``chunks`` to ``topic`` one every ``pause_s``, in the background."""
+    """Writes ``chunks`` to ``topic`` one every ``pause_s``, in the background; the last third only
+    once :meth:`release` is called (so input is still to come after a step, however slow the
+    machine makes it)."""
 
     def __init__(self, kafka: KafkaConfig, topic: str, chunks: Sequence[list[tuple[bytes, bytes]]],
                  pause_s: float) -> None:
         super().__init__(daemon=True)
         self.kafka, self.topic, self.chunks, self.pause_s = kafka, topic, chunks, pause_s
         self.written = 0
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        self._released.set()
 
     def run(self) -> None:
-        for chunk in self.chunks:
+        held_from = len(self.chunks) - len(self.chunks) // 3
+        for index, chunk in enumerate(self.chunks):
+            if index == held_from:
+                self._released.wait(600)
             self.written += h.produce(self.kafka, self.topic, chunk)
             time.sleep(self.pause_s)
 
@@ -102,7 +111,7 @@ def _scenario(kafka: KafkaConfig, prefix: str, stage: str, topic: str, backlog: 
     h.create_topics(kafka, [topic], INPUT_PARTITIONS)
     h.produce(kafka, topic, backlog)
     state = tmp_path / "state"
-    size = max(1, len(live) // 40)
+    size = max(1, len(live) // 30)  # 15 s of input, the last third held until the first reshard is done
     chunks = [live[index:index + size] for index in range(0, len(live), size)]
     writer = Writer(kafka, topic, chunks, pause_s=0.5)
     running = _workers(kafka, prefix, stage, state, 4, 2)
@@ -111,6 +120,7 @@ def _scenario(kafka: KafkaConfig, prefix: str, stage: str, topic: str, backlog: 
     _stop_and_drain(kafka, prefix, stage, state, 4, 2, running)
     reports = [_reshard(kafka, prefix, stage, 8)]
     assert writer.is_alive(), "the input stopped before the first reshard: the test proves less than it says"
+    writer.release()
     running = _workers(kafka, prefix, stage, state, 8, 3)
     h.wait_for(lambda: progress() >= len(backlog) + writer.written // 2, timeout_s=240)
     _stop_and_drain(kafka, prefix, stage, state, 8, 3, running)

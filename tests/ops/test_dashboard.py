@@ -32,6 +32,7 @@ GAUGES = {
     "crawl_dedup_state_bytes", "crawl_dedup_consumer_lag_records", "crawl_dedup_build_info",
     "crawl_dedup_ready", "crawl_dedup_last_commit_timestamp_seconds",
     "crawl_dedup_recovery_remaining_records", "crawl_dedup_recovery_progress_ratio",
+    "crawl_dedup_standby_lag_records",
 }
 HISTOGRAMS = {"crawl_dedup_batch_seconds", "crawl_dedup_record_age_seconds"}
 # The standard collectors' series the dashboard shows (prometheus_client's process collector).

@@ -81,6 +81,7 @@ def test_warc_records_become_pages_links_and_counted_skips(gzipped: bool) -> Non
 
 def test_a_response_is_a_fetched_page_as_the_schema_defines_it() -> None:
     page = _page(_items(warc_file(CRAWL[2:3]))[0])
+    assert page.pop("warc_record_id").startswith("<urn:uuid:")
     assert page == {
         "schema_version": 1, "url": PAGE, "status": 200, "content_type": "text/html; charset=utf-8",
         "headers": {"content-type": "text/html; charset=utf-8", "set-cookie": "a=1, b=2", "etag": '"x1"'},

@@ -95,8 +95,11 @@ class EngineStates(RuleBasedStateMachine):
                                     batch_max_wait_s=0.0)
         engine = Engine(stage, TOPOLOGY, KafkaConfig("memory"), settings_, store_factory=store,
                         clients=cast(KafkaClients, self.broker))
-        engine.start()
         self.engines[worker] = engine
+        try:
+            engine.start()  # may recover shards (a warm-up before joining): a crash point too
+        except Crash:
+            self._crashed(worker)
 
     def _crashed(self, worker: str) -> None:
         engine = self.engines[worker]

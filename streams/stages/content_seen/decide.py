@@ -20,16 +20,32 @@ from collections import Counter
 from typing import Any
 
 from streams import records
+from streams.archives.payload import format_sha1
 from streams.errors import RecordRejected
 from streams.records import RecordKind
 from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
 from streams.stages.content_seen import gather
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
+from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.shard_records import Decide
 from streams.stages.content_seen.waiting import PageCache, Source, source_of
 
 log = logging.getLogger(__name__)
+
+
+def payload_fields(head: dict[str, Any], first: Capture | None) -> dict[str, str | None]:
+    """The verdict's payload fields, for a page whose head has its payload's SHA-1 (none else, so
+    a verdict is as earlier versions wrote it): the WARC payload digest, and the first capture of
+    the same payload, what a WARC writer names in a revisit record (WARC-Refers-To-Target-URI,
+    -Date, WARC-Refers-To)."""
+    sha1 = head.get("payload")
+    if not isinstance(sha1, str):
+        return {}
+    return {"payload_digest": format_sha1(bytes.fromhex(sha1)),
+            "first_capture_url": None if first is None else first.url,
+            "first_capture_fetched_at": None if first is None else first.fetched_at,
+            "first_capture_warc_record_id": None if first is None else first.record_id}
 
 
 def verdict(topic: str, url: str, verdict: str, **fields: Any) -> Emit:
@@ -55,13 +71,18 @@ class Decider:
         self.decisions: Counter[str] = context.decisions
 
     def decide(self, record: Decide, message: Message, state: BatchState) -> list[Emit]:
-        """A decide record's page. The engine checks and counts what a processor returns, but its
-        letter for a refused output would name and carry the decide record, from which the page
-        cannot be replayed: so the page's own outputs are checked here first."""
-        order = message.key() or b""
+        """A decide record's page (records an earlier version sent; pages are now decided where
+        their horizon is covered, :meth:`decide_covered`)."""
+        return self.decide_covered(state, message.key() or b"")
+
+    def decide_covered(self, state: BatchState, order: bytes) -> list[Emit]:
+        """The page of ``order``, decided by the processor of the record that covered its horizon
+        at its gather shard (a progress or drain record). The engine checks and counts what a
+        processor returns, but its letter for a refused output would name and carry that record,
+        from which the page cannot be replayed: so the page's own outputs are checked here first."""
         page = gather.take(state, order)
-        return self._outputs_or_letter(page.head, page.best, callback=False) + self._note(order, page.head,
-                                                                                          page.best)
+        return (self._outputs_or_letter(page.head, page.best, page.first, callback=False)
+                + self._note(order, page.head, page.best))
 
     def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:
         """The page of ``order``, taken off gather shard ``shard``'s queue, decided now: what a
@@ -72,8 +93,8 @@ class Decider:
         except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
             log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
             return []
-        return self._outputs_or_letter(page.head, page.best, callback=True) + self._note(order, page.head,
-                                                                                         page.best)
+        return (self._outputs_or_letter(page.head, page.best, page.first, callback=True)
+                + self._note(order, page.head, page.best))
 
     def _note(self, order: bytes, head: dict[str, Any], best: Match | None) -> list[Emit]:
         """The verdict, to its URL's shard (:mod:`streams.stages.content_seen.last_verdicts`)."""
@@ -83,14 +104,15 @@ class Decider:
             record = LastVerdict(order, "exact" if best.exact else "near", best.distance, best.url)
         return self._last_verdicts.note(head["url"], record)
 
-    def _outputs_or_letter(self, head: dict[str, Any], best: Match | None, callback: bool) -> list[Emit]:
+    def _outputs_or_letter(self, head: dict[str, Any], best: Match | None, first: Capture | None,
+                           callback: bool) -> list[Emit]:
         """The page's outputs; when a topic refuses one (``output_too_large``), a dead letter that
         names and carries the page's input record instead, as a bad record's letter carries it:
         read back (the verdict took it from memory), so the page can be replayed from the letter.
         ``callback``: decided in a per-transaction callback, whose outputs nobody checks after this
         (every one is checked and counted here); else a processor's, which the engine checks and
         counts again (only the page's verdict and unique page are checked here)."""
-        emits = self.verdict(head, best)
+        emits = self.verdict(head, best, first)
         context = self._context
         try:
             context.check_outputs(emits if callback else
@@ -105,16 +127,19 @@ class Decider:
             return [letter]
         return emits
 
-    def verdict(self, head: dict[str, Any], best: Match | None) -> list[Emit]:
-        """The verdict of the page of ``head``, whose best earlier match is ``best``."""
+    def verdict(self, head: dict[str, Any], best: Match | None, first: Capture | None = None) -> list[Emit]:
+        """The verdict of the page of ``head``, whose best earlier match is ``best`` and the first
+        capture of whose payload is ``first``."""
         url, simhash, digest = head["url"], head["simhash"], head["digest"]
         source = source_of(head)
         self.decisions["unique" if best is None else "exact" if best.exact else "near"] += 1
+        payload = payload_fields(head, first)
         if best is not None:
             self._pages.pop(source)
             return [verdict(self._verdicts, url, "duplicate", kind="exact" if best.exact else "near",
-                            duplicate_of=best.url, distance=best.distance, simhash=simhash, digest=digest)]
-        said = verdict(self._verdicts, url, "unique", simhash=simhash, digest=digest)
+                            duplicate_of=best.url, distance=best.distance, simhash=simhash, digest=digest,
+                            **payload)]
+        said = verdict(self._verdicts, url, "unique", simhash=simhash, digest=digest, **payload)
         found = self._input_record(source)
         if found is None:
             return [said, self._body_unavailable(source)]

@@ -9,17 +9,21 @@ State keys of a gather shard (besides the block tables, :mod:`streams.stages.con
 - ``p`` + order: the waiting page's head (:mod:`streams.stages.content_seen.waiting`);
 - ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
   replies and notices;
+- ``v`` + order: a queued page's first capture, the earliest earlier capture of its payload met in
+  its payload reply and notices (:mod:`streams.stages.content_seen.payloads`), once one is met;
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
   shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
 
 A page is decided when the front of the queue reaches it and its horizon is covered
-(:mod:`streams.stages.content_seen.horizon`), by a :class:`Decide` record of its own that the
-gather shard sends itself (:mod:`streams.stages.content_seen.decide`): one page's outputs per shard
-record, so a page whose output its topic refuses becomes a dead letter alone
-(:mod:`streams.runtime.outputs`). The same holds offline, where the one shard's progress follows
-each input line.
+(:mod:`streams.stages.content_seen.horizon`), by the processor of the progress or drain record that
+covered it, in the same transaction (:meth:`Decider.decide_covered
+<streams.stages.content_seen.decide.Decider.decide_covered>`): a page whose output its topic refuses
+becomes a dead letter alone, the others decided with it keep theirs. (Until 2026-11-28 a gather shard
+sent itself a :class:`Decide` record per page, a commit and a fetch more for every page decided this
+way; such records still in a topic are decided as before.) The same holds offline, where the one
+shard's progress follows each input line.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -43,7 +47,16 @@ from streams.stages.content_seen.horizon import (
     encode_horizon,
 )
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.shard_records import Decide, Drain, Notice, PageWaits, Progress, Reply
+from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
+from streams.stages.content_seen.shard_records import (
+    Drain,
+    Notice,
+    PageWaits,
+    PayloadNotice,
+    PayloadReply,
+    Progress,
+    Reply,
+)
 from streams.stages.content_seen.waiting import (
     PageCache,
     Source,
@@ -89,6 +102,7 @@ class Ready:
 
     head: dict[str, Any]
     best: Match | None
+    first: Capture | None = None
 
 
 def queue_key(number: int) -> bytes:
@@ -189,18 +203,37 @@ def take(state: BatchState, order: bytes) -> Ready:
         log.warning("page %s decided with %d of %d replies", order.hex(), count, tables)
     state.delete(b"p" + order)
     state.delete(b"w" + order)
-    return Ready(decode_head(stored), best)
+    first = Capture.decode(state.get(GATHER_PREFIX + order))
+    if first is not None:
+        state.delete(GATHER_PREFIX + order)
+    return Ready(decode_head(stored), best, first)
+
+
+def first_capture(state: BatchState, order: bytes, found: Capture | None) -> bool:
+    """A first capture of a queued page's payload met (a payload reply's or notice's): kept when it
+    is earlier than the one kept. False when the page was decided already, as :func:`notice`."""
+    if state.get(b"w" + order) is None:
+        return False
+    if found is not None:
+        key = GATHER_PREFIX + order
+        current = Capture.decode(state.get(key))
+        if earlier_of(current, found) is not current:
+            state.set(key, found.encode())
+    return True
 
 
 class Gatherer:
-    """The processor of the records a page's gather shard takes but :class:`Decide` (module
+    """The processor of the records a page's gather shard takes but a :class:`Decide` (module
     docstring), and what the local path does at a gather shard owned here
     (:mod:`streams.stages.content_seen.local`)."""
 
     def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership, pages: PageCache,
-                 topic_index: Mapping[str, int], races: Counter[str]) -> None:
+                 topic_index: Mapping[str, int], races: Counter[str],
+                 decide: Callable[[BatchState, bytes], list[Emit]]) -> None:
         """``topic_index``: each input topic's number among the stage's; ``races``: earlier pages met
-        in time, or late (a page decided already), counted."""
+        in time, or late (a page decided already), counted; ``decide``: a page whose horizon is
+        covered, decided (:meth:`streams.stages.content_seen.decide.Decider.decide_covered`)."""
+        self._decide = decide
         self._shards = shards
         self._owned = owned
         self._ownership = ownership
@@ -210,6 +243,7 @@ class Gatherer:
 
     def processors(self) -> list[On[Any]]:
         return [On(PageWaits, self.page), On(Reply, self.reply), On(Notice, self.notice),
+                On(PayloadReply, self.payload_reply), On(PayloadNotice, self.payload_notice),
                 On(Progress, self.progress), On(Drain, self.drain)]
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
@@ -233,7 +267,7 @@ class Gatherer:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
         arrive(state, order, head, tables, (topic, source.partition), source.offset)
 
-    def tell(self, order: bytes, told: Reply | Notice) -> list[Emit]:
+    def tell(self, order: bytes, told: Reply | Notice | PayloadReply | PayloadNotice) -> list[Emit]:
         """A reply or notice for the page of ``order``: applied at once when its gather shard is owned
         here and the page waits there (the local path), else sent as a record, which reaches the
         gather shard after the page's own record. A record to a gather shard owned here taints this
@@ -246,11 +280,16 @@ class Gatherer:
             if state.get(b"w" + order) is not None:
                 if isinstance(told, Reply):
                     self._replied(state, order, told.best)
+                elif isinstance(told, PayloadReply):
+                    first_capture(state, order, told.first)
+                    self._replied(state, order, told.best)
+                elif isinstance(told, PayloadNotice):
+                    first_capture(state, order, told.first)
                 else:
                     self.races["in_time" if notice(state, order, told.match) else "late"] += 1
                 return []
-            if isinstance(told, Notice) and self._ownership.alone():
-                self.races["late"] += 1
+            if isinstance(told, Notice | PayloadNotice) and self._ownership.alone():
+                self.races["late"] += isinstance(told, Notice)
                 return []
             self._ownership.taint()
         return [shards.send(told, order, gather)]
@@ -264,6 +303,17 @@ class Gatherer:
         memory first."""
         if reply(state, order, best):
             self._pages.park(source_of(waiting_head(state, order)))
+
+    def payload_reply(self, record: PayloadReply, message: Message, state: BatchState) -> list[Emit]:
+        order = message.key() or b""
+        first_capture(state, order, record.first)
+        self._replied(state, order, record.best)
+        return []
+
+    def payload_notice(self, record: PayloadNotice, message: Message, state: BatchState) -> list[Emit]:
+        """Not counted among the races: its page's text notice is (a byte-identical copy is an exact one)."""
+        first_capture(state, message.key() or b"", record.first)
+        return []
 
     def notice(self, record: Notice, message: Message, state: BatchState) -> list[Emit]:
         self.races["in_time" if notice(state, message.key() or b"", record.match) else "late"] += 1
@@ -279,11 +329,16 @@ class Gatherer:
 
     def _take(self, shard: int, progress: list[tuple[int, RoutingView]], drained: bool,
               state: BatchState) -> list[Emit]:
-        """Take the front of the queue off as far as its horizons are covered, a decide record for
-        each, and ask for more with a drain record past the limit."""
+        """Take the front of the queue off as far as its horizons are covered, each page decided at
+        once, and ask for more with a drain record past the limit.
+
+        At once, not by a decide record to this same shard (as before): a covered horizon means
+        every reply and notice that could change the page's verdict is in this shard's state, so the
+        verdict is the same either way, and a record to itself cost every page decided through
+        progress records (any page of a worker that is not alone) one more commit and fetch."""
+        found, more = ready(state, self._shards.shards, DECISIONS_PER_RECORD, progress, drained)
+        emits = [emit for order in found for emit in self._decide(state, order)]
         shards = self._shards
-        found, more = ready(state, shards.shards, DECISIONS_PER_RECORD, progress, drained)
-        emits = [shards.send(Decide(), order, shard) for order in found]
         if more:
             emits.append(shards.send(Drain(), b"drain", shard))
         return emits

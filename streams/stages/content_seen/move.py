@@ -4,6 +4,8 @@ Its state is the block tables (:mod:`streams.stages.content_seen.buckets`) and t
 at their gather shards (:mod:`streams.stages.content_seen.gather`).
 
 - A bucket (``t`` + table key) goes to the shard its table key routes to: the shard its probes go to.
+- A payload's captures (``y`` + SimHash + SHA-1, :mod:`streams.stages.content_seen.payloads`) go to
+  the shard of the SimHash's first table key, where its payload probes go.
 - A URL's last verdict (``u`` + URL key, :mod:`streams.stages.content_seen.last_verdicts`) goes to
   the shard its URL key routes to.
 - A SimHash's record (``s`` + SimHash) is kept in every shard holding one of that SimHash's tables'
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from streams.archives.payload import SHA1_BYTES
 from streams.errors import ReshardRefused, StateError
 from streams.pages.blocks import BlockDesign
 from streams.runtime.api import Placed, partition_for
@@ -30,10 +33,11 @@ from streams.stages.content_seen.buckets import SLOT_BYTES
 from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
 from streams.stages.content_seen.last_verdicts import PREFIX as LAST_VERDICT
 from streams.stages.content_seen.local import LOCAL_KEY
+from streams.stages.content_seen.payloads import GATHER_PREFIX, PAYLOAD_PREFIX
 from streams.stages.content_seen.relay import ROUTING_KEY
 
 BUCKET, RECORD = b"t", b"s"
-WAITING = (b"p", b"w", b"a", b"q")  # a page's head, its replies, its queue entry
+WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX)  # a page's head, replies, queue entry, first capture
 STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY, LOCAL_KEY)
 
 
@@ -51,6 +55,9 @@ class ContentSeenMove:
             return ((partition_for(key[1:], self.shards), key, value),)
         if kind == RECORD and len(key) == 1 + SLOT_BYTES:
             return self._record(old_shard, key, value)
+        if kind == PAYLOAD_PREFIX and len(key) == 1 + SLOT_BYTES + SHA1_BYTES:
+            first_table = self._design.keys(int.from_bytes(key[1:1 + SLOT_BYTES], "big"))[0]
+            return ((partition_for(first_table, self.shards), key, value),)
         if key in STARTS_AFRESH:
             return ()
         if kind in WAITING:

@@ -15,7 +15,9 @@ owned here where the page waits, else as records.
 
 State keys (one prefix per kind, layout :data:`streams.stages.content_seen.buckets.LAYOUT`): ``t`` +
 table key -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with
-that SimHash (order, digest, URL, sketch).
+that SimHash (order, digest, URL, sketch); ``y`` + SimHash + SHA-1 -> the captures of a payload, in
+the shard of the SimHash's first table (:mod:`streams.stages.content_seen.payloads`: a
+:class:`PayloadProbe` looks its page's payload up there, and its reply carries the first capture).
 """
 
 from __future__ import annotations
@@ -24,12 +26,20 @@ from typing import Any
 
 from streams.pages.sketch import NearDuplicateRule
 from streams.runtime.api import BatchState, Emit, Message, On
-from streams.stages.content_seen import buckets
+from streams.stages.content_seen import buckets, payloads
 from streams.stages.content_seen.buckets import Page, Record
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.relay import Relay
-from streams.stages.content_seen.shard_records import Mark, Notice, Probe, Reply
+from streams.stages.content_seen.shard_records import (
+    Mark,
+    Notice,
+    PayloadNotice,
+    PayloadProbe,
+    PayloadReply,
+    Probe,
+    Reply,
+)
 
 
 class Prober:
@@ -44,15 +54,21 @@ class Prober:
         self._limit = max_bucket_entries
 
     def processors(self) -> list[On[Any]]:
-        return [On(Probe, self.probe), On(Mark, self.mark)]
+        return [On(Probe, self.probe), On(PayloadProbe, self.payload_probe), On(Mark, self.mark)]
 
     def probe(self, probe: Probe, message: Message, state: BatchState) -> list[Emit]:
         return self.probe_here(probe.page, message.key() or b"", state)
 
-    def probe_here(self, page: Page, table_key: bytes, state: BatchState) -> list[Emit]:
+    def payload_probe(self, probe: PayloadProbe, message: Message, state: BatchState) -> list[Emit]:
+        return self.probe_here(probe.probe.page, message.key() or b"", state, probe)
+
+    def probe_here(self, page: Page, table_key: bytes, state: BatchState,
+                   payload: PayloadProbe | None = None) -> list[Emit]:
         """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
         into the bucket (records first, so a full bucket can rank the new slot by its earliest page).
-        The reply goes to the page; a notice to each later page met (it was probed first)."""
+        The reply goes to the page; a notice to each later page met (it was probed first). With
+        ``payload`` (the page's first table), the page's payload too: its first capture goes with
+        the reply, a payload notice to each later capture of it."""
         found: dict[int, Record] = {}
 
         def read(slot: int) -> Record:
@@ -70,10 +86,25 @@ class Prober:
         if slots is not None:
             state.set(b"t" + table_key, buckets.encode_bucket(slots))
         tell = self._gatherer.tell
-        emits = tell(page.order, Reply(met.best))
+        if payload is None:
+            emits = tell(page.order, Reply(met.best))
+        else:
+            first, later_captures = self._payload(payload, state)
+            emits = tell(page.order, PayloadReply(met.best, first))
+            for capture in later_captures:
+                emits += tell(capture.order, PayloadNotice(payload.capture()))
         for later, match in met.later:
             emits += tell(later, Notice(match))
         return emits
+
+    def _payload(self, probe: PayloadProbe, state: BatchState) -> tuple[payloads.Capture | None,
+                                                                          list[payloads.Capture]]:
+        """The page's payload looked up and inserted: its first capture, and the later ones to tell."""
+        key = payloads.payload_key(probe.probe.page.simhash, probe.sha1)
+        met = payloads.meet_payload(payloads.decode_entry(state.get(key)), probe.capture(), self._limit)
+        if met.grown is not None:
+            state.set(key, payloads.encode_entry(met.grown))
+        return met.first, met.later
 
     def mark(self, mark: Mark, message: Message, state: BatchState) -> list[Emit]:
         shard = message.partition() or 0

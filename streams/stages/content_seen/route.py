@@ -14,6 +14,11 @@ owned here is probed now, in table order, after the page arrived, so its reply f
 the rest go as records. A refused output (a page record carrying its input record past the shard
 topic's limit) is refused before any of that touches the state.
 
+With ``payload_digests`` (the default) the page's payload goes along: the probe of its first table is
+a :class:`PayloadProbe` carrying the SHA-1 of its body after transfer decoding (the body of
+``body_base64``, or ``body`` as UTF-8), its fetch time and ``warc_record_id``, and its head the
+SHA-1 (:mod:`streams.stages.content_seen.payloads`).
+
 A page whose URL is longer than :data:`MAX_URL_BYTES` is a dead letter (``url_too_long``): the URL
 is stored in its SimHash's record in every shard holding one of its table keys (among up to
 ``max_bucket_entries`` pages) and written in verdicts, keys and replies, so its length bounds the
@@ -22,9 +27,11 @@ state and records of other pages too.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from streams import records
+from streams.archives import payload as warc_payload
 from streams.errors import RecordRejected
 from streams.pages.blocks import BlockDesign
 from streams.pages.decode import Skipped
@@ -38,7 +45,7 @@ from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.probe import Prober
-from streams.stages.content_seen.shard_records import PageWaits, Probe
+from streams.stages.content_seen.shard_records import PageWaits, PayloadProbe, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
 from streams.urls.canonical import CanonicalSettings
 
@@ -61,7 +68,7 @@ class Router:
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
                  gatherer: Gatherer, prober: Prober, max_record_bytes: int,
-                 last_verdicts: LastVerdicts) -> None:
+                 last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
         self._last_verdicts = last_verdicts
         self._intake = intake
@@ -69,6 +76,7 @@ class Router:
         self._gatherer = gatherer
         self._prober = prober
         self._max_record_bytes = max_record_bytes
+        self._payload_digests = payload_digests
         self._owned: OwnedShards = context.owned
         self._shards = context.internal("shards")
         self._verdicts = context.output("page-verdicts")
@@ -89,7 +97,9 @@ class Router:
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"], sketch)
         table_keys = self._design.keys(analysis.simhash)
         source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
-        head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source)
+        payload = payload_probe(record, message, page) if self._payload_digests else None
+        head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source,
+                           None if payload is None else payload.sha1)
         shards, owned = self._shards, self._owned
         gather = shards.shard_of(order)
         here = owned.state(gather)
@@ -102,15 +112,31 @@ class Router:
             self._check(emits)  # refused now, before a probe here writes anything
         probe: bytes | None = None
         topic = shards.topic
-        for table_key in table_keys:
+        for table, table_key in enumerate(table_keys):
+            first = payload if table == 0 else None
             shard = shards.shard_of(table_key)
             state = owned.state(shard)
             if state is not None:
-                emits += self._prober.probe_here(page, table_key, state)
+                emits += self._prober.probe_here(page, table_key, state, first)
+            elif first is not None:
+                emits.append(Emit(topic, shards.frame(first), table_key, shard))
             else:
                 probe = probe or shards.frame(Probe(page))
                 emits.append(Emit(topic, probe, table_key, shard))
         return emits
+
+
+def payload_probe(record: dict[str, Any], message: Message, page: Page) -> PayloadProbe:
+    """The probe of the page's first table with its payload along (module docstring)."""
+    transfer = (record.get("headers") or {}).get("transfer-encoding")
+    body = records.raw_body(records.body_bytes(record))
+    sha1 = warc_payload.sha1_of(warc_payload.entity_body(body, transfer))
+    fetched_at = record.get("fetched_at")
+    if not isinstance(fetched_at, str):
+        kind, millis = message.timestamp()
+        fetched_at = records.rfc3339(datetime.fromtimestamp(millis / 1000, UTC)) if kind else None
+    record_id = record.get("warc_record_id")
+    return PayloadProbe(Probe(page), sha1, fetched_at, record_id if isinstance(record_id, str) else None)
 
 
 def _check_url_length(url: str) -> None:

@@ -3,7 +3,9 @@
 To the shard of a block-table key (the scatter: partition *i* holds the buckets of shard *i*):
 
 - :class:`Probe`: a page to look up in one block table, and to insert there (the probe step);
-- :class:`Mark`: how far a worker has routed its input (:mod:`streams.stages.content_seen.relay`).
+- :class:`Mark`: how far a worker has routed its input (:mod:`streams.stages.content_seen.relay`);
+- :class:`PayloadProbe`: the probe of a page's first table, with the page as a capture of its
+  payload to look up and insert there (:mod:`streams.stages.content_seen.payloads`).
 
 A worker sends none of these to a shard it owns: it probes there in the transaction that routes
 the page (:mod:`streams.stages.content_seen.local`), and, once the shard has processed a mark of its
@@ -15,6 +17,8 @@ To the gather shard of a page, by its order key (where the page waits):
   that routed it does not own the gather shard);
 - :class:`Reply`: the best earlier page one table's probe met (or none);
 - :class:`Notice`: an earlier page, probed later, met this one;
+- :class:`PayloadReply`: a first table's reply, with the page's first capture (or none);
+- :class:`PayloadNotice`: an earlier capture of this page's payload, probed later;
 - :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`), with
   its sender's token as a mark has;
 - :class:`Drain`: "go on": the front of the queue was taken off up to the limit;
@@ -41,14 +45,19 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Self
 
+import orjson
+
 from streams.pages.sketch import SKETCH_BYTES
 from streams.stages.content_seen.buckets import Match, Page
 from streams.stages.content_seen.horizon import RoutingView
 from streams.stages.content_seen.last_verdicts import LastVerdict
+from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.waiting import decode_head, decode_match, encode_match
 
 _PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
 _SHARD = struct.Struct(">H")
+_PAYLOAD = struct.Struct(">20sI")  # a payload probe: SHA-1, then the length of its capture's fields
+_LENGTH = struct.Struct(">I")
 _JSON = ord("{")  # a view written before marks had tokens starts here
 
 
@@ -195,4 +204,68 @@ class Decide:
         return cls()
 
 
-RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide, LastVerdict)
+@dataclass(frozen=True, slots=True)
+class PayloadProbe:
+    """The probe of a page's first table, and the page as a capture of the payload of SHA-1 ``sha1``
+    (its order key and URL are the page's)."""
+
+    probe: Probe
+    sha1: bytes
+    fetched_at: str | None
+    record_id: str | None
+
+    def capture(self) -> Capture:
+        page = self.probe.page
+        return Capture(page.order, page.url, self.fetched_at, self.record_id)
+
+    def encode(self) -> bytes:
+        fields = orjson.dumps([self.fetched_at, self.record_id])
+        return _PAYLOAD.pack(self.sha1, len(fields)) + fields + self.probe.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        sha1, length = _PAYLOAD.unpack_from(raw)
+        start = _PAYLOAD.size
+        fetched_at, record_id = orjson.loads(raw[start:start + length])
+        return cls(Probe.decode(raw[start + length:]), sha1, fetched_at, record_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadReply:
+    """A first table's reply (:class:`Reply`'s best earlier page) and the page's first capture."""
+
+    best: Match | None
+    first: Capture | None
+
+    def encode(self) -> bytes:
+        first = self.first.encode() if self.first is not None else b""
+        return _LENGTH.pack(len(first)) + first + encode_match(self.best)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        (length,) = _LENGTH.unpack_from(raw)
+        start = _LENGTH.size
+        return cls(decode_match(raw[start + length:]), Capture.decode(raw[start:start + length]))
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadNotice:
+    """An earlier capture of this page's payload, probed after it."""
+
+    first: Capture
+
+    def encode(self) -> bytes:
+        return self.first.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        found = Capture.decode(raw)
+        if found is None:
+            raise ValueError("a payload notice names the capture it is about")
+        return cls(found)
+
+
+# Appended, never reordered: a record's type is its place here (records of an earlier version decode).
+RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide, PayloadProbe, PayloadReply,
+           PayloadNotice,
+           LastVerdict)

@@ -96,6 +96,9 @@ class ContentSeenSettings(PageSettings):
     near_radius: int = 10              # SimHash bits a candidate may differ in
     near_min_resemblance: float = 0.65  # estimated Jaccard resemblance of the word pairs
     near_min_length_ratio: float = 0.96  # the smaller page's share of the larger's distinct word pairs
+    # Verdicts carry the WARC payload digest and the first capture of the same payload (its URL, fetch
+    # time, WARC-Record-ID): what a WARC writer needs for a revisit record (docs/web-archives.md).
+    payload_digests: bool = True
 
     def near_rule(self) -> NearDuplicateRule:
         try:
@@ -148,10 +151,11 @@ class ContentSeenStage:
         last_verdicts = LastVerdicts(shards, context.owned)
         decider = Decider(context, self._pages, self.max_record_bytes, last_verdicts)
         relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
-        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches)
+        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches,
+                            decider.decide_covered)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
-                        self.max_record_bytes, last_verdicts)
+                        self.max_record_bytes, last_verdicts, self.settings.payload_digests)
         context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)

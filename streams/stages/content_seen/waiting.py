@@ -15,7 +15,8 @@ sends the value along in the page's shard record, where the gather shard's owner
 whose value is not there any more (the worker restarted or the shard moved before the verdict, or
 the cache dropped it) is read back from the input topic by its source.
 
-Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``);
+Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``,
+and ``payload`` when payloads are looked up);
 a reply's match and the replies' progress are packed.
 """
 
@@ -41,9 +42,15 @@ class Source(NamedTuple):
     offset: int
 
 
-def encode_head(url: str, simhash: int, digest: bytes, tables: int, source: Source) -> bytes:
-    return orjson.dumps({"url": url, "simhash": to_hex(simhash), "digest": digest.hex(), "tables": tables,
-                         "source": list(source)})
+def encode_head(url: str, simhash: int, digest: bytes, tables: int, source: Source,
+                payload: bytes | None = None) -> bytes:
+    """``payload``: the SHA-1 of the page's payload (:mod:`streams.stages.content_seen.payloads`),
+    when the stage looks payloads up; a head without one is as earlier versions wrote it."""
+    head = {"url": url, "simhash": to_hex(simhash), "digest": digest.hex(), "tables": tables,
+            "source": list(source)}
+    if payload is not None:
+        head["payload"] = payload.hex()
+    return orjson.dumps(head)
 
 
 def decode_head(raw: bytes) -> dict[str, Any]:

@@ -162,7 +162,7 @@ class UrlDedupStage:
             self.decisions["seen"] += 1
             return []
         shard = partition_for(key, self._shard_count)
-        state = self._owned.state(shard)
+        state = self._owned.settled(shard)
         if state is not None:
             return self._decide_at_routing(state, key, url, crawl, record)
         self._note(key)
@@ -298,7 +298,7 @@ class UrlDedupStage:
         return ConfigError(
             f"shard {partition} was built with canonicalization {stored}, "
             f"this worker uses {self._version.decode()}: stop all workers and run "
-            "'python -m streams url-dedup-migrate' (README, 'Canonicalization upgrades')")
+            "'python -m streams url-dedup-migrate' (docs/url-dedup.md, 'Canonicalization upgrades')")
 
 
 def open_seen_set(settings: UrlDedupSettings, path: Path, shards: int, block_cache_mb: int,

@@ -1,5 +1,6 @@
 """The default number of analysis processes, sized from the cores a worker may use
-(streams/stages/content_seen/cores.py): table-driven, no machine's own cores assumed."""
+(streams/stages/content_seen/cores.py, streams/runtime/cores.py): table-driven, no machine's own
+cores assumed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from streams import config
 from streams.errors import ConfigError
+from streams.runtime import cores as machine
 from streams.stages.content_seen import cores
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 
@@ -30,7 +32,7 @@ from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenSt
 ])
 def test_processes_from_cores_affinity_and_quota(affinity: int | None, cpu_count: int | None,
                                                  quota: float | None, usable: int, processes: int) -> None:
-    assert cores.usable_cores(affinity, cpu_count, quota) == usable
+    assert machine.usable_cores(affinity, cpu_count, quota) == usable
     assert cores.auto_processes(usable) == processes
 
 
@@ -48,7 +50,7 @@ def test_cgroup_quota(tmp_path: Path, files: dict[str, str], quota: float | None
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert cores.cgroup_cpu_quota(tmp_path) == quota
+    assert machine.cgroup_cpu_quota(tmp_path) == quota
 
 
 def test_auto_sizes_from_this_process(monkeypatch: pytest.MonkeyPatch) -> None:

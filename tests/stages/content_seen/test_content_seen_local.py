@@ -96,7 +96,8 @@ def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -
 
 def _gatherer(owned: OwnedShards, ownership: Ownership) -> Gatherer:
     stream = StageContext(TOPOLOGY, 2, owned, Unreadable(), Counters(), 1024).internal("shards")
-    return Gatherer(stream, owned, ownership, PageCache(1 << 20), {TOPIC: 0}, Counter())
+    return Gatherer(stream, owned, ownership, PageCache(1 << 20), {TOPIC: 0}, Counter(),
+                    lambda state, order: [])
 
 
 def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() -> None:

@@ -64,7 +64,11 @@ def crawls(draw: st.DrawFn) -> list[bytes]:
 
 
 def _stage() -> ContentSeenStage:
-    return ContentSeenStage(ContentSeenSettings(page_cache_mb=1))
+    """Pages analysed in this process (``analysis_processes = 0``), where ``_remembered`` answers for
+    ``analyze_page``: the default, child processes on a machine of two or more cores, would analyse
+    every page of every example again (tests/stages/content_seen/test_content_seen_unit.py shows the
+    children's analyses are the same)."""
+    return ContentSeenStage(ContentSeenSettings(page_cache_mb=1, analysis_processes=0))
 
 
 def _offline(values: list[bytes]) -> dict[str, dict[str, Any]]:
@@ -113,6 +117,22 @@ def _same_verdicts(values: list[bytes], found: list[dict[str, Any]],
             digest, fetched_at = digests[verdict["url"]]
             assert digests[verdict["duplicate_of"]][0] == digest
             assert digests[verdict["duplicate_of"]][1] < fetched_at
+        assert verdict.get("payload_digest") == expected.get("payload_digest")
+        _same_first_capture(values, verdict, expected)
+
+
+def _same_first_capture(values: list[bytes], verdict: dict[str, Any],
+                        expected: dict[str, Any] | None) -> None:
+    """A page's first capture is an earlier page with the very same body; with ``expected`` (the
+    sorted offline run's verdict), the same one: the earliest."""
+    first = verdict.get("first_capture_url")
+    if expected is not None:
+        assert first == expected.get("first_capture_url"), (verdict, expected)
+    if first is not None:
+        pages = {record["url"]: record for record in map(orjson.loads, values)}
+        assert pages[first]["body_base64"] == pages[verdict["url"]]["body_base64"]
+        fetched_at = verdict["first_capture_fetched_at"]
+        assert pages[first]["fetched_at"] == fetched_at < pages[verdict["url"]]["fetched_at"]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,6 +178,7 @@ def test_pages_arriving_while_the_stage_runs_are_never_called_copies_of_later_on
     for verdict in found:
         expected = offline[verdict["url"]]["verdict"]
         assert verdict["verdict"] == expected or (verdict["verdict"], expected) == ("unique", "duplicate")
+        _same_first_capture(values, verdict, None)
 
 
 def test_a_copy_arriving_first_waits_for_its_original_then_is_its_duplicate() -> None:

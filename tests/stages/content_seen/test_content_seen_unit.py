@@ -55,12 +55,25 @@ def test_a_shard_built_with_other_settings_is_refused() -> None:
         OfflineDriver(TOPOLOGY, other, store)
 
 
+def test_a_second_offline_run_over_the_same_state_decides_every_line() -> None:
+    """Lines count on from the last run over the same store (its input positions are state): a second
+    run used to start at line 1 again, behind what the first run's progress had covered, and left
+    every compared page waiting for ever (only skipped pages got verdicts)."""
+    store = MemoryStore()
+    pages = simweb.crawl(seed=1, articles=3)
+    first = _verdicts(ContentSeenStage(), store, pages)
+    again = _verdicts(ContentSeenStage(), store, pages)
+    assert len(first) == len(again) == len(pages)
+    compared = [verdict for verdict in again if verdict["verdict"] != "skipped"]
+    assert compared and all(verdict["verdict"] == "duplicate" for verdict in compared)
+
+
 def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     store = MemoryStore()
     _verdicts(ContentSeenStage(), store, simweb.crawl(seed=4, articles=6))
     kinds = {key[:1] for key, _ in store.items()}
-    # buckets, records, last verdicts, metadata; no page or progress left
-    assert kinds <= {b"t", b"s", b"u", b"m"}, kinds
+    # buckets, records, payloads, last verdicts, metadata; no page or progress left
+    assert kinds <= {b"t", b"s", b"y", b"u", b"m"}, kinds
 
 
 @pytest.mark.parametrize(("recorded", "named"), [
@@ -178,3 +191,33 @@ def test_shards_are_kept_in_plain_tables(tmp_path: Path) -> None:
     assert (pages.table_format, fetches.table_format) == ("plain", "block")
     pages.close()
     fetches.close()
+
+
+def test_state_of_the_layout_before_payloads_reads_on() -> None:
+    """A store written without payload lookups (as before them: no ``y`` or ``v`` keys, heads without
+    ``payload``) is read on with them: its pages are found as before, copies of them find no first
+    capture, and payloads seen from then on are found. (One driver after the other on one store,
+    the input's line numbers going on, as a worker's offsets would.)"""
+    store = MemoryStore()
+    pages = simweb.crawl(seed=7, articles=3)
+    old, new = pages[0], pages[1]
+
+    def copy(page: simweb.PlantedPage, host: str) -> bytes:
+        url = f"https://{host}.example/x"
+        return orjson.dumps({**page.record, "url": url, "fetched_at": "2030-01-01T00:00:00Z"})
+
+    def decided(driver: OfflineDriver, first: int, values: list[bytes]) -> list[dict[str, Any]]:
+        emits = [emit for number, value in enumerate(values, start=first)
+                 for emit in driver.decide(driver.message(number, value))]
+        return [orjson.loads(emit.value or b"") for emit in emits if emit.topic == TOPICS.page_verdicts]
+
+    without = ContentSeenStage(ContentSeenSettings(payload_digests=False))
+    before = decided(OfflineDriver(TOPOLOGY, without, store), 1, [orjson.dumps(old.record)])
+    assert before[0]["verdict"] == "unique" and "payload_digest" not in before[0]
+    assert {key[:1] for key, _ in store.items()} <= {b"t", b"s", b"u", b"m"}  # no payload ("y")
+    after = decided(OfflineDriver(TOPOLOGY, ContentSeenStage(), store), 2,
+                    [orjson.dumps(new.record), copy(old, "old-copy"), copy(new, "new-copy")])
+    by_url = {verdict["url"]: verdict for verdict in after}
+    assert by_url["https://old-copy.example/x"]["duplicate_of"] == old.url  # the old tables still find it
+    assert by_url["https://old-copy.example/x"]["first_capture_url"] is None  # its payload was never stored
+    assert by_url["https://new-copy.example/x"]["first_capture_url"] == new.url

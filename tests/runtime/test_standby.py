@@ -1,0 +1,196 @@
+"""Standby replicas on the in-memory Kafka: what a standby applies, how it hands a shard over, how a
+joining worker warms up, and the takeover that fences a lost owner (streams/runtime/standby.py,
+warmth.py, takeover.py). tests/kafka/test_standby_kafka.py proves the same against the broker,
+with SIGKILLs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import cast
+
+from streams.config import RuntimeSettings
+from streams.runtime.clients import KafkaClients
+from streams.runtime.engine import Engine
+from streams.runtime.group_view import GroupView
+from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.standby import Standbys
+from streams.runtime.store import MemoryStore, PartitionStore
+from streams.runtime.takeover import Takeover
+from testing.memory_kafka import MemoryKafka, MemoryProducer
+from testing.stages import EchoStage, create_topics, plain_topology
+
+KAFKA = KafkaConfig("memory")
+
+
+def _changelog(broker: MemoryKafka, partition: int, writes: dict[bytes, bytes], commit: bool = True,
+               txid: str = "owner") -> MemoryProducer:
+    producer = broker.producer({"transactional.id": txid})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for key, value in writes.items():
+        producer.produce("changelog", value, key, partition=partition)
+    if commit:
+        producer.commit_transaction()
+    return producer
+
+
+def _standbys(broker: MemoryKafka, stores: dict[int, MemoryStore]) -> Standbys:
+    return Standbys("changelog", lambda shard: stores.setdefault(shard, MemoryStore()), KAFKA,
+                    cast(KafkaClients, broker), replicas=1)
+
+
+def test_a_standby_applies_only_committed_changelog_records() -> None:
+    broker, stores = MemoryKafka(), {}
+    broker.create_topic("changelog", 2)
+    standbys = _standbys(broker, stores)
+    standbys.keep({1})
+    _changelog(broker, 1, {b"a": b"1", b"b": b"2"})
+    _changelog(broker, 0, {b"x": b"9"})  # another shard's: not kept here
+    open_one = _changelog(broker, 1, {b"c": b"3"}, commit=False, txid="other")
+    assert standbys.catch_up(1.0) == 2
+    assert (stores[1].get(b"a"), stores[1].get(b"c"), stores[1].changelog_offset()) == (b"1", None, 1)
+    assert 0 not in stores and not standbys.behind  # at the stable end: the open transaction's start
+    open_one.commit_transaction()
+    standbys.catch_up(1.0)
+    assert stores[1].get(b"c") == b"3" and stores[1].changelog_offset() == 2
+
+
+def test_a_taken_standby_store_is_the_warm_one_and_parked_stores_close_when_not_wanted() -> None:
+    broker, stores = MemoryKafka(), {}
+    broker.create_topic("changelog", 4)
+    standbys = _standbys(broker, stores)
+    standbys.keep({2, 3})
+    _changelog(broker, 2, {b"k": b"v"})
+    standbys.catch_up(1.0)
+    taken = standbys.take(2)
+    assert taken is stores[2] and taken.get(b"k") == b"v"
+    assert set(standbys.stores) == {3}
+    standbys.park(0, MemoryStore())
+    assert standbys.take(0) is not None  # a revoked shard that came straight back
+    standbys.park(1, stores.setdefault(1, MemoryStore()))
+    standbys.keep({3})
+    assert not standbys.parked and set(standbys.stores) == {3}
+
+
+def _engine(broker: MemoryKafka, worker: str, stores: dict[int, MemoryStore], replicas: int = 1) -> Engine:
+    settings = RuntimeSettings(worker_id=worker, shards=4, standby_replicas=replicas)
+    return Engine(EchoStage(), plain_topology(), KAFKA, settings,
+                  store_factory=lambda shard: stores.setdefault(shard, MemoryStore()),
+                  clients=cast(KafkaClients, broker))
+
+
+def _feed(broker: MemoryKafka, keys: range) -> None:
+    for number in keys:
+        broker.append("in", number % 4, None, b'{"k": "key%d"}' % number)
+
+
+def _steps(*engines: Engine, turns: int = 12) -> None:
+    for _ in range(turns):
+        for engine in engines:
+            engine.step()
+
+
+def test_a_lost_owners_shards_are_taken_warm_and_decided_once() -> None:
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    create_topics(broker, plain_topology(), 4, 4)
+    stores0: dict[int, MemoryStore] = {}
+    stores1: dict[int, MemoryStore] = {}
+    w0, w1 = _engine(broker, "w0", stores0), _engine(broker, "w1", stores1)
+    w0.start()
+    w1.start()
+    _feed(broker, range(200))
+    _steps(w0, w1)
+    assert sorted(w0.stores) == [0, 1] and sorted(w1.stores) == [2, 3]
+    for shard in (2, 3):  # w0 keeps w1's shards warm, at the offset w1's stores reached
+        assert stores0[shard].changelog_offset() == stores1[shard].changelog_offset() is not None
+        assert dict(stores0[shard].items()) == dict(stores1[shard].items())
+    # w1 is killed in a transaction (one its id holds open), and its session expires
+    w1_last = broker.producer({"transactional.id": "g.w1"})
+    w1_last.init_transactions()
+    w1_last.begin_transaction()
+    w1_last.produce("out", b"half-done", b"x")
+    w1_last.produce("changelog", b"1", b"half-done", partition=2)  # what it decided, as a worker does
+    broker.kill_clients("w1")
+    w1.close()  # its watchdog thread; its dead clients do nothing
+    broker.expire("g", "w1")
+    recovered_before = w0.counters.recovered_records
+    _feed(broker, range(200, 300))
+    _steps(w0, turns=8)
+    assert sorted(w0.stores) == [0, 1, 2, 3]
+    assert w0.counters.recovered_records - recovered_before == 0  # only the tail: nothing
+    assert broker.epochs["g.w1"] > w1_last.epoch and "g.w1" not in broker.open  # fenced, aborted
+    keys = Counter(message.key() for message in broker.committed_records("out"))
+    assert set(keys) == {b"key%d" % n for n in range(300)} and max(keys.values()) == 1
+    w0.close()
+
+
+def test_a_joining_worker_warms_its_shards_before_it_joins() -> None:
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    create_topics(broker, plain_topology(), 4, 4)
+    stores0: dict[int, MemoryStore] = {}
+    stores1: dict[int, MemoryStore] = {}
+    w0 = _engine(broker, "w0", stores0, replicas=0)
+    w0.start()
+    _feed(broker, range(100))
+    _steps(w0)
+    w1 = _engine(broker, "w1", stores1, replicas=0)
+    w1.start()  # warms 2 and 3 from the changelog before subscribing
+    assert {shard: dict(stores1[shard].items()) for shard in (2, 3)} == \
+        {shard: dict(stores0[shard].items()) for shard in (2, 3)}
+    recovered = w1.counters.recovered_records
+    _feed(broker, range(100, 150))
+    _steps(w0, w1)
+    assert sorted(w1.stores) == [2, 3] and w1.counters.recovered_records == recovered
+    keys = Counter(message.key() for message in broker.committed_records("out"))
+    assert len(keys) == 150 and max(keys.values()) == 1
+    w0.close()
+    w1.close()
+
+
+def test_takeover_fences_the_owners_that_left_the_group() -> None:
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    broker.create_topic("in", 4)
+    broker.create_topic("changelog", 4)
+    for worker in ("w0", "w1", "w2", "w3"):
+        consumer = broker.consumer({"group.id": "g", "group.instance.id": worker})
+        consumer.subscribe(["in"], on_assign=lambda *_: None, on_revoke=lambda *_: None)
+    view = GroupView(broker.describer({}, "g", 1.0), "g", "w0", 1.0, 1.0)
+    view.refresh()  # w0 to w3 own in[0] to in[3]
+    left_open = _changelog(broker, 1, {b"k": b"v"}, commit=False, txid="g.w1")  # killed in a transaction
+    between = _changelog(broker, 2, {b"k": b"v"}, txid="g.w2")  # killed between two transactions
+    stayed = _changelog(broker, 3, {b"k": b"v"}, txid="g.w3")
+    broker.expire("g", "w1")
+    broker.expire("g", "w2")
+    view.refresh()  # w0 owns in[0], in[1]; w3 in[2], in[3]
+    takeover = Takeover(view, KAFKA, cast(KafkaClients, broker), "g", "w0", 1.0)
+    takeover([("in", 0), ("in", 1), ("in", 3)])  # in[3] as if it had come from w3, still a member
+    assert takeover.fenced == ["w1"]  # w2's partition went to w3: w3 fences it
+    assert broker.epochs["g.w1"] > left_open.epoch and "g.w1" not in broker.open
+    assert broker.epochs["g.w2"] == between.epoch and broker.epochs["g.w3"] == stayed.epoch
+    assert [message.value() for message in broker.committed_records("changelog")] == [b"v", b"v"]
+
+
+def test_a_worker_fenced_while_it_warmed_up_joins_with_its_own_transactions() -> None:
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    create_topics(broker, plain_topology(), 4, 4)
+    stores: dict[int, MemoryStore] = {}
+    w0 = _engine(broker, "w0", stores, replicas=0)
+    fenced_during_warm_up = broker.producer({"transactional.id": "g.w0"})
+    real_bring_up = w0._shards.bring_up
+
+    def bring_up(shards: Sequence[int]) -> dict[int, PartitionStore]:
+        fenced_during_warm_up.init_transactions()  # another worker's takeover, while w0 was not a member
+        return real_bring_up(shards)
+
+    w0._warmth._bring_up = bring_up
+    w0.start()
+    _feed(broker, range(20))
+    _steps(w0)
+    keys = Counter(message.key() for message in broker.committed_records("out"))
+    assert len(keys) == 20
+    w0.close()
