@@ -203,6 +203,13 @@ MEANINGS = {
         "fingerprints this worker routed recently and answers as repeats at once, without a trip "
         "through the shard topic (`streams/runtime/routing.py`); about 90 bytes each, so about 90 MB "
         "at the default; 0 keeps almost none",
+    ("url_dedup", "forget_after_days"):
+        "a URL marked seen longer ago than this is new again at its next sighting (`exact` only; "
+        "0: never); URLs can also be let go on demand, `crawl-dedup forget` "
+        "([docs/url-status-and-forget.md](docs/url-status-and-forget.md))",
+    ("url_dedup", "forget_part_marks"):
+        "marks a forget by host, prefix or time scans in one transaction, at most: a larger shard is "
+        "scanned in parts, each its own transaction, so none runs long",
     ("content_seen", "hamming_threshold"):
         "the block tables are built for it: every stored page whose 64-bit SimHash differs in at most "
         "this many bits shares a table key and is a candidate (the sketch decides, up to `near_radius`)",

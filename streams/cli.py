@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from streams.spec import StageSpec
 
 if TYPE_CHECKING:
     from streams.runtime.engine import Engine, EngineObserver
+    from streams.runtime.kafka_io import KafkaConfig
     from streams.runtime.stage import Stage
     from streams.runtime.store import PartitionStore
     from streams.runtime.topology import Topology
@@ -71,20 +73,27 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
             path = directory / spec.name / "shard-0000"
             store = stage.store().open(path, 1, settings.rocksdb_block_cache_mb, settings.rocksdb_memtable_mb)
             return _offline(topology, stage, store)
-    run_stage(topology, stage, kafka_config(args.config), settings, topic_settings,
-              idle_exit_s=args.idle_exit_s, observer=_metrics(args), generation=topics.generation(spec.name),
-              drain=args.drain)
+    kafka, observer = _metrics(args, spec.name, kafka_config(args.config))
+    run_stage(topology, stage, kafka, settings, topic_settings, idle_exit_s=args.idle_exit_s,
+              observer=observer, generation=topics.generation(spec.name), drain=args.drain)
     return 0
 
 
-def _metrics(args: argparse.Namespace) -> Callable[[Engine], EngineObserver] | None:
-    """The worker's Prometheus endpoint and lag thread, unless metrics are disabled."""
+def _metrics(args: argparse.Namespace, stage: str,
+             kafka: KafkaConfig) -> tuple[KafkaConfig, Callable[[Engine], EngineObserver] | None]:
+    """The worker's Prometheus endpoint (and /status) and lag thread, unless metrics are disabled;
+    its port is bound now, before the worker joins its group, and its clients' ``client.id`` tells
+    where it answers (``crawl-dedup status`` reads it from the group's description)."""
     settings = config.load(config.MetricsSettings, "metrics", args.config, port=args.metrics_port)
     if not settings.enabled:
-        return None
-    from streams.ops.metrics import MetricsEndpoint
+        return kafka, None
+    from streams.ops.metrics import MetricsEndpoint, bind_port
+    from streams.ops.owners import advertised_client_id
 
-    return lambda engine: MetricsEndpoint(settings, engine)
+    bound = bind_port(settings, stage)
+    client_id = advertised_client_id(kafka.client.get("client.id") or f"crawl-dedup.{stage}", bound.address)
+    advertised = dataclasses.replace(kafka, client={**kafka.client, "client.id": client_id})
+    return advertised, lambda engine: MetricsEndpoint(settings, engine, bound)
 
 
 @contextlib.contextmanager
@@ -245,9 +254,10 @@ def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentPars
     _add_reshard_command(commands, [spec for spec in stages if spec.pipeline])
     _add_spec_commands(commands, stages, "tool")  # the tools
 
-    from streams.ops import lag_command
+    from streams.ops import lag_command, status_command
 
     lag_command.add_parser(commands)
+    status_command.add_parser(commands)
 
     from streams.ops import replay, tail, warc_dedup
 

@@ -79,7 +79,12 @@ class StageSpec:
       they name, by declared name.
     - ``commands``: its extra commands (:class:`Command`); ``offline``: it has ``--offline``.
     - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts;
-      ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``).
+      ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``);
+      ``events``: its other counts (``forgotten``, ``expired``: :mod:`streams.ops.metrics`).
+    - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
+      canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
+      gives its own settings, loaded when first called (a settings class may import the whole
+      stage); None when its state is not kept by URL.
     - ``pipeline``: one of the crawl's stages (the demo runs it, ``lag`` and ``reshard`` offer it);
       not the runtime's benchmark processor.
     """
@@ -94,6 +99,8 @@ class StageSpec:
     keyed_input: bool = False
     decisions: tuple[str, ...] = ()
     race_events: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()
+    status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
     settings_class: str | None = None
     settings_section: str | None = None
     options: Options = no_options

@@ -82,6 +82,14 @@ class Topics:
         """The stage's internal topic ``name``, keyed by state key; partition i belongs to state shard i."""
         return f"{self._internal(app_id, stage, generation)}.{name}"
 
+    def is_internal(self, topic: str, app_id: str, stage: str, name: str) -> bool:
+        """Whether ``topic`` is the stage's internal topic ``name`` of some generation."""
+        stem, end = f"{self.prefix}{app_id}.{stage}.", f".{name}"
+        if topic == stem + name:
+            return True
+        number = topic[len(stem):-len(end)] if topic.startswith(stem + "g") and topic.endswith(end) else ""
+        return number[:1] == "g" and number[1:].isdigit()
+
     def shards(self, app_id: str, stage: str, generation: int | None = None) -> str:
         """The internal topic ``shards``: the one of a stage that re-keys its input into one topic."""
         return self.internal(app_id, stage, "shards", generation)

@@ -45,8 +45,9 @@ from prometheus_client.registry import Collector
 from streams import registry as stages
 from streams.compiled import compiled_modules
 from streams.config import MetricsSettings
-from streams.ops.health import Endpoint, serve
+from streams.ops.health import Bound, Endpoint, bind
 from streams.ops.lag import LagMonitor, PartitionLag, topic_partitions
+from streams.ops.status import WorkerStatus
 from streams.runtime.engine import Engine
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.store import Measured
@@ -72,6 +73,13 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "deferred_records": ("Input records a stage had no room for, paused and consumed again later", ()),
     "race_matches": ("content-seen: earlier pages a probe met after the later page was probed: in time for "
                      "its verdict, or late (its verdict stands)", ("event",)),
+    "status_queries": ("Queries of /status (crawl-dedup status): answered, not_owned (the shard is "
+                       "elsewhere or still recovering), refused", ("answer",)),
+}
+EVENT_COUNTERS = {  # crawl_dedup_<key>_total, advanced from the stage's events by name
+    "urls_forgotten": ("forgotten", "url-dedup: URLs forget let go (new again at their next sighting)"),
+    "urls_expired": ("expired", "url-dedup: URLs new again because their mark was older than "
+                                "forget_after_days"),
 }
 STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), one series per shard
     "state_bytes": ("crawl_dedup_state_bytes",
@@ -160,6 +168,8 @@ class WorkerMetrics:
                                 ["stage", "version", "compiled", "librdkafka"], registry=r)
         self.counters = {key: Counter(f"crawl_dedup_{key}", text, ["stage", *extra], registry=r)
                          for key, (text, extra) in COUNTERS.items()}
+        self.counters.update({key: Counter(f"crawl_dedup_{key}", text, ["stage"], registry=r)
+                              for key, (_event, text) in EVENT_COUNTERS.items()})
         self.duplicate_ratio = Gauge("crawl_dedup_duplicate_ratio",
                                      "Duplicate decisions / all decisions since start", ["stage"], registry=r)
         self.batch_seconds = Histogram("crawl_dedup_batch_seconds", "Time to process and commit one batch",
@@ -187,6 +197,12 @@ class WorkerMetrics:
         races = {spec.name: spec.race_events for spec in stages.ALL}
         for event in races.get(self.stage, ()):
             self.counters["race_matches"].labels(self.stage, event)
+        if any(spec.name == self.stage and spec.status_key is not None for spec in stages.ALL):
+            self.counters["status_queries"].labels(self.stage, "answered")
+        events = {spec.name: spec.events for spec in stages.ALL}.get(self.stage, ())
+        for key, (event, _text) in EVENT_COUNTERS.items():
+            if event in events:
+                self.counters[key].labels(self.stage)
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)
 
@@ -214,6 +230,9 @@ class WorkerMetrics:
                 self.record_age.labels(self.stage).observe(age_s)
         self._advance("decisions", counters.decisions)
         self._advance("race_matches", counters.race_matches)
+        for key, (event, _text) in EVENT_COUNTERS.items():
+            if counters.events.get(event):
+                self._advance_one(key, counters.events[event])
         ratio = duplicate_ratio(counters.decisions)
         if ratio is not None:
             self.duplicate_ratio.labels(self.stage).set(ratio)
@@ -267,18 +286,26 @@ class WorkerMetrics:
         self._lag_labels = labels
 
 
+def bind_port(settings: MetricsSettings, stage: str) -> Bound:
+    """The worker's metrics port (its stage's default unless configured), bound."""
+    return bind(settings.host, DEFAULT_PORTS.get(stage, 9419) if settings.port is None else settings.port)
+
+
 class MetricsEndpoint:
     """The engine observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
 
-    def __init__(self, settings: MetricsSettings, engine: Engine) -> None:
+    def __init__(self, settings: MetricsSettings, engine: Engine, bound: Bound | None = None) -> None:
+        """``bound``: the port, bound before the engine was made (:func:`bind_port`), else bound here."""
         stage = engine.topology.stage
         self.metrics = WorkerMetrics(stage)
         self.metrics.lifecycle.lifecycle = engine.lifecycle
-        port = DEFAULT_PORTS.get(stage, 9419) if settings.port is None else settings.port
-        self.port = serve(Endpoint(self.metrics.registry, engine.lifecycle, settings.stall_after_s),
-                          settings.host, port)
+        bound = bound or bind_port(settings, stage)
+        queries = self.metrics.counters["status_queries"]
+        status = WorkerStatus(engine, lambda answer: queries.labels(stage, answer).inc())
+        bound.attach(Endpoint(self.metrics.registry, engine.lifecycle, settings.stall_after_s, status))
+        self.port = bound.port
         shown = f"[{settings.host}]" if ":" in settings.host else settings.host
-        log.info("serving http://%s:%d/metrics, /healthz and /readyz", shown, self.port,
+        log.info("serving http://%s:%d/metrics, /healthz, /readyz and /status", shown, self.port,
                  extra={"fields": {"event": "metrics", "host": settings.host, "port": self.port}})
         admin = AdminClient(engine.kafka.admin())
         topics = sorted({*engine.topology.input_topics, *engine.topology.shard_topics})

@@ -16,7 +16,8 @@ asks it for the services it uses and returns its processors; the stage never lea
 - :meth:`~StageContext.prepare_input`: see each batch's input before routing it, routing as many as
   it has room for (:mod:`streams.runtime.inflow`);
 - :meth:`~StageContext.on_revoked`: told which shards went elsewhere;
-- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``: its own dead letters and counts;
+- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``, ``events``: its own dead letters
+  and counts (``events``: what is neither a decision nor a race, the URLs a forget let go...);
 - :meth:`~StageContext.check_outputs`: the outputs of a decision taken outside a record's
   processing (in a per-transaction callback), checked as a record's outputs are.
 
@@ -72,8 +73,8 @@ class Services:
 class StageContext:
     """The services of one stage in one worker (see the module docstring)."""
 
-    __slots__ = ("_check", "_dead_letter_max_value_bytes", "_topology", "decisions", "input_reader",
-                 "input_topics", "owned", "race_matches", "services", "shards")
+    __slots__ = ("_check", "_dead_letter_max_value_bytes", "_topology", "decisions", "events",
+                 "input_reader", "input_topics", "owned", "race_matches", "services", "shards")
 
     def __init__(self, topology: Topology, shards: int, owned: OwnedShards, input_reader: InputReader,
                  counters: Counters, dead_letter_max_value_bytes: int,
@@ -88,6 +89,7 @@ class StageContext:
         self.input_topics: Final = topology.input_topics
         self.decisions: Final[Counter[str]] = counters.decisions
         self.race_matches: Final[Counter[str]] = counters.race_matches
+        self.events: Final[Counter[str]] = counters.events
         self._dead_letter_max_value_bytes = dead_letter_max_value_bytes
         self.services: Final = Services()
 

@@ -26,9 +26,10 @@ from collections.abc import Iterable
 class RecentKeys:
     """At most ``capacity`` keys; each remembered for at least ``capacity // 2`` later additions."""
 
-    __slots__ = ("_half", "_old", "_young")
+    __slots__ = ("_half", "_old", "_young", "capacity")
 
     def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
         self._half = max(1, capacity // 2)
         self._young: set[bytes] = set()
         self._old: set[bytes] = set()
@@ -84,6 +85,14 @@ class RoutingMemory:
     def committed(self) -> None:
         self._recent.update(self._open)
         self._open = set()
+
+    def clear(self) -> None:
+        """Forget every key, committed or noted in the open transaction: always safe, as a key the
+        memory lacks costs only a trip. A stage calls it when what the keys stood for may no longer
+        hold (the URL stage when its seen-set lets URLs go: a forget, expiry, another assignment)."""
+        self._recent = RecentKeys(self._recent.capacity)
+        self._open = set()
+        self._record = []
 
     def aborted(self) -> None:
         self._open = set()

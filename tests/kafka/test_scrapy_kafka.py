@@ -8,8 +8,10 @@ bench/scrapy_bench.py runs its side-by-side with.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from streams.topics import Topics
 from testing import harness as h
 from testing import scrapy_site
 from testing.scrapy import (
+    APP,
     finish,
     read_items,
     stage_settings,
@@ -165,3 +168,35 @@ def test_a_second_crawl_fetches_again_only_what_revisit_scheduled(kafka: KafkaCo
     expected = {scrapy_site.url_of(number) for number in site.changing}
     assert changed == expected, (sorted(changed - expected)[:5], sorted(expected - changed)[:5],
                                  [history[url] for url in sorted(changed ^ expected)[:3]])
+
+
+def test_a_forgotten_host_is_crawled_again_by_the_next_run(kafka: KafkaConfig, prefix: str,
+                                                           tmp_path: Path) -> None:
+    """Crawl once; ``crawl-dedup forget --host site1.test --recrawl``; crawl again: the second run
+    fetches every page of that host the first fetched, once each, and nothing else (its start URL
+    was seen before; every URL let go comes out of new-urls again; links to the others are seen)."""
+    site = scrapy_site.build(pages=120, seed=8)
+    stages = [start_stage(kafka, prefix, name, tmp_path / name) for name in ("url-dedup", "content-seen")]
+    settings, env = stage_settings(kafka, prefix)
+    try:
+        wait_until_running(kafka, Topics(prefix))
+        with scrapy_site.SiteServer(site) as server:
+            first_run = start_scrapy(server.proxy, tmp_path / "items0.jsonl", tmp_path / "scrapy0.log",
+                                     settings, env)
+            finish(first_run, tmp_path / "scrapy0.log", timeout_s=300)
+            first = server.fetches()
+            forgot = subprocess.run(
+                [sys.executable, "-m", "streams", "forget", "--host", "site1.test", "--recrawl",
+                 "--topic-prefix", prefix, "--app-id", APP], env={**os.environ, **env}, capture_output=True,
+                timeout=300, check=False)
+            assert forgot.returncode == 0, forgot.stderr.decode()
+            second_run = start_scrapy(server.proxy, tmp_path / "items1.jsonl", tmp_path / "scrapy1.log",
+                                      settings, env)
+            finish(second_run, tmp_path / "scrapy1.log", timeout_s=300)
+            both = server.fetches()
+    finally:
+        _stop(stages)
+    forgotten = {url for url in first if url.startswith("http://site1.test/")}
+    assert forgotten and forgot.stdout.decode().startswith(f"forgot {len(forgotten)} URLs"), forgot.stdout
+    again = both - first
+    assert again == Counter(dict.fromkeys(forgotten, 1)), sorted(again.keys() ^ forgotten)[:10]

@@ -24,7 +24,8 @@ COUNTERS = {
     "crawl_dedup_records_in_total", "crawl_dedup_records_out_total", "crawl_dedup_dead_letters_total",
     "crawl_dedup_decisions_total", "crawl_dedup_aborted_batches_total",
     "crawl_dedup_recovered_records_total", "crawl_dedup_deferred_records_total",
-    "crawl_dedup_race_matches_total",
+    "crawl_dedup_race_matches_total", "crawl_dedup_urls_forgotten_total", "crawl_dedup_urls_expired_total",
+    "crawl_dedup_status_queries_total",
 }
 GAUGES = {
     "crawl_dedup_duplicate_ratio", "crawl_dedup_bloom_fill_ratio", "crawl_dedup_bloom_false_positive_ratio",
@@ -39,7 +40,7 @@ STANDARD = {"process_resident_memory_bytes", "process_cpu_seconds_total"}
 # The series names Prometheus stores: a histogram is scraped as its _bucket, _sum and _count series.
 SERIES = COUNTERS | GAUGES | STANDARD | {f"{name}{suffix}" for name in HISTOGRAMS
                                          for suffix in ("_bucket", "_sum", "_count")}
-LABELS = {"stage", "topic", "reason", "decision", "event", "shard", "group", "partition", "le",
+LABELS = {"stage", "topic", "reason", "decision", "event", "answer", "shard", "group", "partition", "le",
           "job", "instance", "version", "compiled", "librdkafka"}
 
 # PromQL words that are neither metrics nor labels (functions are told apart by the "(" after them).

@@ -26,6 +26,7 @@ from streams.records import RecordKind
 from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
 from streams.stages.content_seen import gather
 from streams.stages.content_seen.buckets import Match
+from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.shard_records import Decide
 from streams.stages.content_seen.waiting import PageCache, Source, source_of
@@ -58,8 +59,10 @@ def verdict(topic: str, url: str, verdict: str, **fields: Any) -> Emit:
 class Decider:
     """The processor of :class:`Decide` records (a gather shard's to itself)."""
 
-    def __init__(self, context: StageContext, pages: PageCache, max_record_bytes: int) -> None:
+    def __init__(self, context: StageContext, pages: PageCache, max_record_bytes: int,
+                 last_verdicts: LastVerdicts) -> None:
         self._context = context
+        self._last_verdicts = last_verdicts
         self._reader: InputReader = context.input_reader
         self._pages = pages
         self._max_record_bytes = max_record_bytes
@@ -78,7 +81,8 @@ class Decider:
         processor returns, but its letter for a refused output would name and carry that record,
         from which the page cannot be replayed: so the page's own outputs are checked here first."""
         page = gather.take(state, order)
-        return self._outputs_or_letter(page.head, page.best, page.first, callback=False)
+        return (self._outputs_or_letter(page.head, page.best, page.first, callback=False)
+                + self._note(order, page.head, page.best))
 
     def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:
         """The page of ``order``, taken off gather shard ``shard``'s queue, decided now: what a
@@ -89,7 +93,16 @@ class Decider:
         except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
             log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
             return []
-        return self._outputs_or_letter(page.head, page.best, page.first, callback=True)
+        return (self._outputs_or_letter(page.head, page.best, page.first, callback=True)
+                + self._note(order, page.head, page.best))
+
+    def _note(self, order: bytes, head: dict[str, Any], best: Match | None) -> list[Emit]:
+        """The verdict, to its URL's shard (:mod:`streams.stages.content_seen.last_verdicts`)."""
+        if best is None:
+            record = LastVerdict(order, "unique")
+        else:
+            record = LastVerdict(order, "exact" if best.exact else "near", best.distance, best.url)
+        return self._last_verdicts.note(head["url"], record)
 
     def _outputs_or_letter(self, head: dict[str, Any], best: Match | None, first: Capture | None,
                            callback: bool) -> list[Emit]:

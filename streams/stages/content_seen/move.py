@@ -6,6 +6,8 @@ at their gather shards (:mod:`streams.stages.content_seen.gather`).
 - A bucket (``t`` + table key) goes to the shard its table key routes to: the shard its probes go to.
 - A payload's captures (``y`` + SimHash + SHA-1, :mod:`streams.stages.content_seen.payloads`) go to
   the shard of the SimHash's first table key, where its payload probes go.
+- A URL's last verdict (``u`` + URL key, :mod:`streams.stages.content_seen.last_verdicts`) goes to
+  the shard its URL key routes to.
 - A SimHash's record (``s`` + SimHash) is kept in every shard holding one of that SimHash's tables'
   buckets (a probe grows the record of its page's SimHash in the shard it probes), so it goes to
   every new shard one of the SimHash's table keys routes to: the shards its later probes will read
@@ -29,6 +31,7 @@ from streams.pages.blocks import BlockDesign
 from streams.runtime.api import Placed, partition_for
 from streams.stages.content_seen.buckets import SLOT_BYTES
 from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
+from streams.stages.content_seen.last_verdicts import PREFIX as LAST_VERDICT
 from streams.stages.content_seen.local import LOCAL_KEY
 from streams.stages.content_seen.payloads import GATHER_PREFIX, PAYLOAD_PREFIX
 from streams.stages.content_seen.relay import ROUTING_KEY
@@ -48,7 +51,7 @@ class ContentSeenMove:
 
     def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         kind = key[:1]
-        if kind == BUCKET:
+        if kind in (BUCKET, LAST_VERDICT):
             return ((partition_for(key[1:], self.shards), key, value),)
         if kind == RECORD and len(key) == 1 + SLOT_BYTES:
             return self._record(old_shard, key, value)

@@ -43,6 +43,7 @@ from streams.stages.content_seen.buckets import Page
 from streams.stages.content_seen.decide import verdict
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.probe import Prober
 from streams.stages.content_seen.shard_records import PageWaits, PayloadProbe, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
@@ -67,8 +68,9 @@ class Router:
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
                  gatherer: Gatherer, prober: Prober, max_record_bytes: int,
-                 payload_digests: bool = True) -> None:
+                 last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
+        self._last_verdicts = last_verdicts
         self._intake = intake
         self._pages = pages
         self._gatherer = gatherer
@@ -86,10 +88,11 @@ class Router:
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=self._max_record_bytes)
         _check_url_length(record["url"])
         analysis = self._intake.analyse(message, record)
+        order = page_order(record, message)
         if isinstance(analysis, Skipped):
             self._decisions["skipped"] += 1
-            return [verdict(self._verdicts, record["url"], "skipped", reason=analysis.reason)]
-        order = page_order(record, message)
+            said = verdict(self._verdicts, record["url"], "skipped", reason=analysis.reason)
+            return [said, *self._last_verdicts.note(record["url"], LastVerdict(order, "skipped"))]
         sketch = analysis.sketch.encode() if analysis.sketch is not None else EMPTY_SKETCH
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"], sketch)
         table_keys = self._design.keys(analysis.simhash)

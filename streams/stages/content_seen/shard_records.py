@@ -25,6 +25,9 @@ To the gather shard of a page, by its order key (where the page waits):
 - :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
   step).
 
+To the shard of a URL's key: :class:`~streams.stages.content_seen.last_verdicts.LastVerdict`, the
+verdict of a page of that URL (kept there for ``crawl-dedup status``).
+
 The protocol rests on their order within a partition: a page's record precedes its replies, a
 progress record follows the replies and notices of the probes it vouches for, a mark follows the
 probes of the transaction it reports (the horizon argument). One topic keeps all of them in one
@@ -47,6 +50,7 @@ import orjson
 from streams.pages.sketch import SKETCH_BYTES
 from streams.stages.content_seen.buckets import Match, Page
 from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.last_verdicts import LastVerdict
 from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.waiting import decode_head, decode_match, encode_match
 
@@ -263,4 +267,5 @@ class PayloadNotice:
 
 # Appended, never reordered: a record's type is its place here (records of an earlier version decode).
 RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide, PayloadProbe, PayloadReply,
-           PayloadNotice)
+           PayloadNotice,
+           LastVerdict)

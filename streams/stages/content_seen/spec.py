@@ -6,6 +6,7 @@ One internal topic, ``shards``, carrying the typed records of its scatter and ga
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streams.config import RuntimeSettings
@@ -21,9 +22,19 @@ def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
     return ContentSeenStage(settings, runtime.max_record_bytes)
 
 
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
+    """A URL's last verdict is kept under the fingerprint of its canonical form by the default rules
+    (:mod:`streams.stages.content_seen.last_verdicts`)."""
+    from streams.urls.canonical import canonicalize, fingerprint
+
+    found = canonicalize(url)
+    return fingerprint(found), found
+
+
 SPEC = StageSpec(
     "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
     outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
     internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
     decisions=("unique", "exact", "near", "skipped"), race_events=("in_time", "late"),
+    status_key=_status_key,
     settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")

@@ -43,7 +43,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -53,11 +53,20 @@ from streams.pages.analyze import PageSettings, design_for
 from streams.pages.extract import EXTRACTION_VERSION
 from streams.pages.features import FEATURES_VERSION
 from streams.pages.sketch import SKETCH_VERSION, NearDuplicateRule
-from streams.runtime.api import On, Processors, StageContext, StateIdentity, StoreSpec, rocks_store
-from streams.stages.content_seen import buckets, cores
+from streams.runtime.api import (
+    On,
+    PartitionStore,
+    Processors,
+    StageContext,
+    StateIdentity,
+    StoreSpec,
+    rocks_store,
+)
+from streams.stages.content_seen import buckets, cores, last_verdicts
 from streams.stages.content_seen.decide import Decider
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
+from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.move import ContentSeenMove
 from streams.stages.content_seen.probe import Prober
@@ -139,18 +148,25 @@ class ContentSeenStage:
         topic_index = {topic: number for number, topic in enumerate(context.input_topics)}
         shards = context.internal("shards")
         ownership = Ownership(context.owned, shards.shards, len(topic_index))
-        decider = Decider(context, self._pages, self.max_record_bytes)
+        last_verdicts = LastVerdicts(shards, context.owned)
+        decider = Decider(context, self._pages, self.max_record_bytes, last_verdicts)
         relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
         gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches,
                             decider.decide_covered)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
-                        self.max_record_bytes, self.settings.payload_digests)
+                        self.max_record_bytes, last_verdicts, self.settings.payload_digests)
         context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
         return Processors(route=router.route, shards={
-            "shards": [*prober.processors(), *gatherer.processors(), On(Decide, decider.decide)]})
+            "shards": [*prober.processors(), *gatherer.processors(), On(Decide, decider.decide),
+                       On(LastVerdict, last_verdicts.process)]})
+
+    def status(self, store: PartitionStore, key: bytes) -> dict[str, Any]:
+        """The last verdict of the URL of key ``key`` (:mod:`.last_verdicts`), from the committed
+        state of the shard owning it (a worker's ``/status``, another thread: read only)."""
+        return {"last_verdict": last_verdicts.status(store.get(last_verdicts.PREFIX + key))}
 
     def revoked(self, shards: Sequence[int]) -> None:
         """Pages gathered on a shard gone elsewhere are decided there: forget every value kept (the

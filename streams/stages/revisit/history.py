@@ -75,6 +75,16 @@ class FetchHistory:
     observations: tuple[Observation, ...] = field(default=())
     wording_digest: bytes | None = None  # the change text with numbers masked (format 2)
 
+    def last_change_s(self) -> float | None:
+        """When a change was last seen: the fetch that found it (None when none of the fetches the
+        window keeps found one)."""
+        at = self.last_fetch_s
+        for observation in reversed(self.observations):
+            if observation.changed:
+                return at
+            at -= observation.interval_s
+        return None
+
     @property
     def last_modified_trusted(self) -> bool:
         """Whether this server's Last-Modified follows the content (not, e.g., the time of the response).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from streams.config import RuntimeSettings
@@ -15,8 +16,17 @@ def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
     return RevisitStage(settings, runtime.max_record_bytes)
 
 
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
+    """A URL's history is kept under the fingerprint of its canonical form by the stage's profile
+    (the crawl's name is not part of it: a page's history spans crawls)."""
+    from streams.urls.canonical import CanonicalSettings, canonicalize, fingerprint
+
+    found = canonicalize(url, CanonicalSettings(profile=settings().profile))
+    return fingerprint(found), found
+
+
 SPEC = StageSpec(
     "revisit", "page changes and each URL's next fetch time", inputs=("fetched-pages",),
     outputs=("revisit-updates",), build=_build, metrics_port=9412,
-    decisions=("changed", "unchanged", "first"),
+    decisions=("changed", "unchanged", "first"), status_key=_status_key,
     settings_class="streams.stages.revisit.stage:RevisitSettings", settings_section="revisit")

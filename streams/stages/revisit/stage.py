@@ -36,7 +36,16 @@ from streams.pages.changes import CHANGE_FEATURES_VERSION, ChangeFeatures, chang
 from streams.pages.decode import parse_content_type
 from streams.pages.features import Weighting
 from streams.records import RecordKind
-from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StateIdentity, StoreSpec
+from streams.runtime.api import (
+    BatchState,
+    Emit,
+    Message,
+    PartitionStore,
+    Processors,
+    StageContext,
+    StateIdentity,
+    StoreSpec,
+)
 from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FORMAT_VERSION, READABLE_VERSIONS, decode_history, encode_history
 from streams.stages.revisit.hosts import HostChanges, host_key
@@ -175,6 +184,28 @@ class RevisitStage:
         self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
         update = records.encode(RecordKind.REVISIT_UPDATE, revisit_update(shard["url"], outcome))
         return [Emit(self._updates, update, shard["host"].encode())]
+
+
+    def status(self, store: PartitionStore, key: bytes) -> dict[str, Any]:
+        """The fetch history of the URL of fingerprint ``key``, from the committed state of the shard
+        owning it (a worker's ``/status``, another thread: read only): its last fetch and change,
+        and its next fetch as the last successful fetch's update scheduled it."""
+        stored = store.get(HISTORY_PREFIX + key)
+        if stored is None:
+            return {"history": None}
+        history = decode_history(stored)
+        changed = history.last_change_s()
+        return {"history": {
+            "last_fetch_at": _rfc3339_s(history.last_fetch_s),
+            "next_fetch_at": _rfc3339_s(history.last_fetch_s + history.interval_s),
+            "interval_s": round(history.interval_s, 3),
+            "last_changed_at": None if changed is None else _rfc3339_s(changed),
+            "fetches": history.fetches, "changes": history.changes,
+            "change_rate_estimate": history.rate_per_s}}
+
+
+def _rfc3339_s(at_s: float) -> str:
+    return records.rfc3339(datetime.fromtimestamp(min(max(at_s, _FIRST_INSTANT_S), _LAST_INSTANT_S), UTC))
 
 
 def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:

@@ -12,6 +12,17 @@ by recovery.
 1.2 bytes per key at 1 % (``streams.stages.url_dedup.bloom``), at the price of dropping that share
 of new keys.
 
+A front filter cannot delete, and the exact store can (a forget, :mod:`streams.stages.url_dedup.
+forgetting`): a key deleted from the store stays in the filter, where it answers "maybe" (the store
+then says "no": nothing is lost) and fills bits that raise the false-positive rate for every new
+key. So the filter counts the keys deleted since it was built and is rebuilt from the store
+(:meth:`BloomFrontStore.rebuild_if_stale`) once its estimated false-positive rate has risen past the
+configured one and the deleted keys are at least a tenth of those it took in: then a rebuild brings
+the rate back under the configured one whenever the keys left fit the filter's capacity, and its
+cost, a scan of the shard, is paid at most once per tenth of the filter deleted. (A counting
+filter would delete in place, for four times the memory on every lookup; generations of filters
+would double the lookups. Forgets are rare and large: rebuilding fits them.)
+
 Restarts: both write a snapshot of the filter (``bloom.snapshot``, versioned and checksummed by
 ``streams.stages.url_dedup.bloom``) beside the shard, with the changelog offset it covers. An intact
 store with a matching snapshot starts without rebuilding anything; the front filter is otherwise
@@ -21,6 +32,7 @@ from its snapshot and recovery replays only the changelog after the snapshot's o
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
@@ -34,7 +46,11 @@ from streams.errors import StateError
 from streams.runtime.api import Measured, PartitionStore, disk_errors, private_dir
 from streams.stages.url_dedup.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
+log = logging.getLogger(__name__)
+
 SNAPSHOT: Final = "bloom.snapshot"
+REMOVED_META: Final = "bloom_removed"  # keys deleted since the snapshot's filter was built
+STALE_SHARE: Final = 10  # rebuild once the deleted keys are a tenth of those the filter took in
 _OFFSET: Final = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none
 KEY_BYTES: Final = 16  # fingerprints; other keys are metadata, kept exactly
 
@@ -73,9 +89,17 @@ class BloomFrontStore:
                  false_positive_rate: float) -> None:
         self._inner = inner
         self._snapshot = directory / SNAPSHOT
+        self._capacity_items, self._false_positive_rate = capacity_items, false_positive_rate
         self.bloom_reads_saved = 0
-        self.bloom = self._load(capacity_items, false_positive_rate) or self._rebuild(
-            capacity_items, false_positive_rate)
+        self.rebuilds = 0
+        self.removed = 0  # keys deleted from the store since the filter was built
+        self._meta: dict[bytes, bytes | None] = {}  # metadata keys read (the stage's, per record)
+        loaded = self._load(capacity_items, false_positive_rate)
+        if loaded is not None:
+            self.bloom = loaded
+            self.removed = int(inner.get_meta(REMOVED_META) or b"0")
+        else:
+            self.bloom = self._rebuild(capacity_items, false_positive_rate)
 
     def _load(self, capacity_items: int, false_positive_rate: float) -> BloomFilter | None:
         found = _read_snapshot(self._snapshot)
@@ -97,17 +121,50 @@ class BloomFrontStore:
         return bloom
 
     def get(self, key: bytes) -> bytes | None:
-        if len(key) == KEY_BYTES and key not in self.bloom:
-            self.bloom_reads_saved += 1
-            return None
-        return self._inner.get(key)
+        if len(key) == KEY_BYTES:
+            if key not in self.bloom:
+                self.bloom_reads_saved += 1
+                return None
+            return self._inner.get(key)
+        meta = self._meta
+        if key in meta:
+            return meta[key]
+        value = meta[key] = self._inner.get(key)
+        return value
 
     def apply(self, writes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
         self._inner.apply(writes, changelog_offset)
         add = self.bloom.add
+        removed = 0
         for key, value in writes.items():
-            if value is not None and len(key) == KEY_BYTES:
-                add(key)
+            if len(key) == KEY_BYTES:
+                if value is not None:
+                    add(key)
+                else:
+                    removed += 1
+            else:
+                self._meta[key] = value
+        if removed or self.removed:
+            self.removed += removed
+            self.rebuild_if_stale()
+
+    def rebuild_if_stale(self) -> bool:
+        """Rebuild the filter from the store when the keys deleted since it was built have raised its
+        estimated false-positive rate past the configured one and are a tenth of the keys it took in
+        (module docstring); whether it did."""
+        bloom = self.bloom
+        if (self.removed * STALE_SHARE < bloom.count_items
+                or bloom.estimated_false_positive_rate() <= self._false_positive_rate):
+            return False
+        began = time.monotonic()
+        stale = self.removed
+        self.bloom = self._rebuild(self._capacity_items, self._false_positive_rate)
+        self.removed = 0
+        self.rebuilds += 1
+        log.info("Bloom filter rebuilt from the store after %d keys were deleted: false-positive rate "
+                 "%.4f -> %.4f, %.2f s", stale, bloom.estimated_false_positive_rate(),
+                 self.bloom.estimated_false_positive_rate(), time.monotonic() - began)
+        return True
 
     def changelog_offset(self) -> int | None:
         return self._inner.changelog_offset()
@@ -128,6 +185,7 @@ class BloomFrontStore:
 
     def close(self) -> None:
         try:
+            self._inner.set_meta(REMOVED_META, str(self.removed).encode())
             _write_snapshot(self._snapshot, self._inner.changelog_offset(), self.bloom.to_bytes())
         finally:  # without a snapshot the filter is rebuilt from the store at the next start
             self._inner.close()

@@ -6,7 +6,8 @@ A URL stage refuses to run on state built with another canonicalization version 
 1. it checks that the stage's workers are stopped and its shard topic is drained (records routed
    under the old version carry old fingerprints and must be decided by the old version);
 2. it reads the whole changelog (read_committed): each seen fingerprint with its canonical URL
-   (and the name of its crawl, for a URL of a named crawl: :func:`~streams.urls.canonical.scoped`);
+   (and the name of its crawl, for a URL of a named crawl: :func:`~streams.urls.canonical.scoped`)
+   and the time it was marked seen (:mod:`streams.stages.url_dedup.marks`), which the move keeps;
 3. in one Kafka transaction it writes, for each URL, the new fingerprint (to the shard the new
    fingerprint routes to, by the same murmur2 partitioner) and a tombstone for the old one where
    they differ, and the new version key to every shard.
@@ -26,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.api import KafkaConfig
+from streams.stages.url_dedup import marks
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.stages.url_dedup.stage import VERSION_KEY, state_version
 from streams.urls import canonical
@@ -78,6 +80,12 @@ def _read_state(kafka: KafkaConfig, changelog: str) -> tuple[dict[bytes, bytes],
     return state, len(partitions)
 
 
+def _moved(value: bytes, scoped: str) -> bytes:
+    """The mark of a URL under its new fingerprint: its time kept (a mark of format 1 has none)."""
+    at = marks.seen_at_ms(value)
+    return scoped.encode() if at is None else marks.mark(scoped, at)
+
+
 def migrate(kafka: KafkaConfig, group: str, shard_topic: str, changelog: str,
             settings: UrlDedupSettings, transaction_timeout_s: float = 900.0) -> MigrationReport:
     _check_drained(kafka, group, shard_topic)
@@ -91,17 +99,20 @@ def migrate(kafka: KafkaConfig, group: str, shard_topic: str, changelog: str,
     written: set[bytes] = set()
     rules = settings.canonical()
     for old_key, value in state.items():
+        scoped = marks.scoped_url(value)
         try:
-            crawl, url = canonical.unscoped(value.decode())
+            if scoped is None:
+                raise RecordRejected("invalid_url", "a mark without its URL")
+            crawl, url = canonical.unscoped(scoped)
             new_url = canonical.canonicalize(url, rules)
-        except (RecordRejected, UnicodeDecodeError):
+        except RecordRejected:
             report.rejected += 1
             continue
         new_key = canonical.fingerprint(new_url, crawl)
         if new_key in written:
             report.merged += 1
         elif new_key != old_key:
-            producer.produce(changelog, canonical.scoped(new_url, crawl).encode(), new_key)
+            producer.produce(changelog, _moved(value, canonical.scoped(new_url, crawl)), new_key)
             report.moved += 1
         written.add(new_key)
         if new_key != old_key and old_key not in written:

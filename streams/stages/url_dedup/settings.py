@@ -26,6 +26,8 @@ class UrlDedupSettings:
     expected_urls: int = 10_000_000          # all shards together; sizes the Bloom filters
     bloom_false_positive_rate: float = 0.01  # front filter (exact) or target rate (bloom)
     route_cache_urls: int = 1_000_000        # fingerprints routed recently, answered at routing
+    forget_after_days: float = 0.0           # a URL seen longer ago is new again; 0: never (exact only)
+    forget_part_marks: int = 200_000         # marks a forget scans per transaction, at most
 
     def canonical(self) -> CanonicalSettings:
         return CanonicalSettings(profile=self.profile, max_url_bytes=self.max_url_bytes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import io
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from streams import config
@@ -64,6 +65,35 @@ def _migrate(spec: StageSpec, args: argparse.Namespace) -> int:
     return 0
 
 
+def _forget_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("urls", nargs="*", metavar="URL",
+                         help="URLs to forget, as a crawler wrote them (canonicalized as the stage does); "
+                              "- reads them from stdin, one per line")
+    command.add_argument("--host", default=None, help="every URL of this host (exactly: not its subdomains)")
+    command.add_argument("--prefix", default=None, metavar="URL_PREFIX",
+                         help="every URL whose canonical form starts with this (see canonicalize)")
+    command.add_argument("--seen-before", default=None, metavar="DATE",
+                         help="every URL marked seen before DATE (YYYY-MM-DD, UTC, or an RFC 3339 "
+                              "date-time); with --host or --prefix: those of them")
+    command.add_argument("--crawl", default="", metavar="NAME",
+                         help="the crawl the URLs belong to (a frontier record's crawl; default: the "
+                              "unnamed crawl)")
+    command.add_argument("--recrawl", action="store_true",
+                         help="also write every URL let go back to the frontier, in the same transaction: "
+                              "each comes out of new-urls again now, without a crawler finding it")
+    command.add_argument("--wait-s", type=float, default=600.0,
+                         help="how long to wait for every shard's owner to apply it (default 600)")
+    _migrate_options(command)
+
+
+def _forget(spec: StageSpec, args: argparse.Namespace) -> int:
+    from streams.stages.url_dedup.forget_command import run
+
+    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
+    topics = Topics(config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix)
+    return run(args, spec.load_settings(args), topics, settings.app_id)
+
+
 def _canonicalize(spec: StageSpec, args: argparse.Namespace) -> int:
     from streams.urls.canonical import canonicalize_lines
 
@@ -72,15 +102,29 @@ def _canonicalize(spec: StageSpec, args: argparse.Namespace) -> int:
     return 0
 
 
+def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[bytes, str]:
+    """A URL's mark is kept under the fingerprint of its crawl's name and its canonical form."""
+    from streams.urls.canonical import canonicalize, fingerprint
+
+    found = canonicalize(url, settings().canonical())
+    return fingerprint(found, crawl), found
+
+
 SPEC = StageSpec(
-    NAME, "emit each new frontier URL once", inputs=("frontier",), outputs=("new-urls",), build=_build,
-    metrics_port=9410, decisions=("new", "seen"),
+    NAME, "emit each new frontier URL once", inputs=("frontier",), outputs=("new-urls", "url-dedup-replies"),
+    build=_build, metrics_port=9410, decisions=("new", "seen"), events=("forgotten", "expired"),
+    status_key=_status_key,
     settings_class="streams.stages.url_dedup.settings:UrlDedupSettings", settings_section="url_dedup",
     options=_options, overrides=_overrides, state_options=canonicalization_options,
     commands=(
         Command("url-dedup-migrate", "re-fingerprint the URL seen-set",
                 "Re-fingerprint the URL stage's seen-set for new canonicalization settings.",
                 _migrate_options, _migrate, "state"),
+        Command("forget", "make URLs new again: by URL, host, prefix or age",
+                "Make URLs new again: every running owner of the URL stage's shards lets them go in its "
+                "own transaction, and the next sighting of each is emitted to new-urls once more. "
+                "Prints how many were forgotten once every shard has applied it (docs/url-status-and-"
+                "forget.md).", _forget_options, _forget, "state"),
         Command("canonicalize", "canonical URLs and fingerprints of stdin's URLs",
                 "URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines.",
                 canonicalization_options, _canonicalize, "tool"),

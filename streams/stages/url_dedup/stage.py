@@ -11,10 +11,18 @@ worker owns is decided here, in the open transaction, exactly as the shard would
 ``_decide_at_routing``).
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
-recorded (with the URL itself, so the set can be re-fingerprinted when canonicalization changes)
-and emitted to the new-URLs topic keyed by host, so fetchers keep per-host politeness. Repeats are
-counted, not emitted. The seen-set is the exact RocksDB set behind a Bloom filter (default) or a
-Bloom filter alone (``seen_set = "bloom"``), see :mod:`streams.stages.url_dedup.bloom_store`.
+recorded (a *mark*: the URL itself, so the set can be re-fingerprinted when canonicalization
+changes, and the time, :mod:`streams.stages.url_dedup.marks`) and emitted to the new-URLs topic
+keyed by host, so fetchers keep per-host politeness. Repeats are counted, not emitted. The seen-set
+is the exact RocksDB set behind a Bloom filter (default) or a Bloom filter alone (``seen_set =
+"bloom"``), see :mod:`streams.stages.url_dedup.bloom_store`.
+
+Letting URLs go (exact mode): a mark older than ``forget_after_days`` has expired, and its URL is
+new again at its next sighting; ``crawl-dedup forget`` writes control records to the shard topic,
+which each shard's owner applies here (:mod:`streams.stages.url_dedup.forgetting`). Either way the
+routing memory must not answer for a URL its shard let go: it is cleared by a forget, on every
+change of assignment, while expiry is on at least every :func:`memory_window_ms`, and a worker
+that owns no shard keeps none (it would hear of no forget).
 
 The canonicalization version is part of the state (a metadata key, changelogged like the rest):
 a worker whose version differs from its state's refuses to start until the state is migrated
@@ -23,8 +31,10 @@ a worker whose version differs from its state's refuses to start until the state
 
 from __future__ import annotations
 
+import struct
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,7 +48,6 @@ from streams.records import RecordKind
 from streams.runtime.api import (
     BatchState,
     Emit,
-    KeyedMove,
     Message,
     OwnedShards,
     PartitionStore,
@@ -50,17 +59,43 @@ from streams.runtime.api import (
     StoreSpec,
     partition_for,
 )
+from streams.stages.url_dedup import marks
+from streams.stages.url_dedup.forgetting import (
+    CONTROL_KEY,
+    FORGETTING_KEY,
+    Forgetter,
+    UrlDedupMove,
+    decode_pending,
+    forgotten_meanwhile,
+)
+from streams.stages.url_dedup.marks import Expiry
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.urls import canonical
 from streams.urls.canonical import CANONICALIZATION_VERSION
 
 STAGE: Final = "url-dedup"
 VERSION_KEY: Final = b"meta:canonicalization_version"
+REPLIES: Final = "url-dedup-replies"  # the output forget's replies go to
+_MARK_HEAD: Final = struct.Struct(">Bq")  # a mark's head (marks.mark, here on the hot path)
+_TIMED: Final = marks.TIMED
+TIMED_MARK: Final = bytes([_TIMED])
+MEMORY_WINDOW_MAX_MS: Final = 3_600_000
 
 
 def state_version(settings: UrlDedupSettings) -> bytes:
     """What the state records: the canonicalization version and the profile it was built with."""
     return f"{CANONICALIZATION_VERSION}:{settings.profile}".encode()
+
+
+def memory_window_ms(expiry: Expiry) -> int:
+    """How long the routing memory may answer for a URL while expiry is on (0: expiry off): an hour,
+    or a 24th of the expiry when that is shorter. A repeat answered from memory never reaches its
+    shard, so a URL may be answered "seen" up to this long after its mark expired."""
+    return min(MEMORY_WINDOW_MAX_MS, max(1, expiry.after_ms // 24)) if expiry.after_ms else 0
+
+
+def _wall_clock() -> float:
+    return time.time()
 
 
 @dataclass
@@ -70,17 +105,29 @@ class UrlDedupStage:
     settings: UrlDedupSettings = field(default_factory=UrlDedupSettings)
     max_record_bytes: int = records.DEFAULT_MAX_RECORD_BYTES
     decisions: Counter[str] = field(default_factory=Counter)  # new / seen, for the metrics
+    clock: Callable[[], float] = _wall_clock  # seconds since the epoch: when a URL is marked seen
 
     def __post_init__(self) -> None:
         self._canonical = self.settings.canonical()
         self._decode = records.Decoder(RecordKind.FRONTIER_URL, max_record_bytes=self.max_record_bytes)
         self._version = state_version(self.settings)
         self._keep_urls = self.settings.seen_set == "exact"
+        self._expiry = Expiry.of_days(self.settings.forget_after_days)
+        if self._expiry.after_ms and not self._keep_urls:
+            raise ConfigError("forget_after_days needs seen_set = exact: a Bloom filter alone keeps no "
+                              "time, and cannot let a URL go")
+        self._expire_after_ms = self._expiry.after_ms
+        self._memory_window_ms = memory_window_ms(self._expiry)
+        self._memory_until_ms = 0
         self._owned = OwnedShards({})
         self._shard_count = 1
         self._shards_topic = ""
         self._new_urls = ""
         self._routing = RoutingMemory(1)
+        self._generation = -1  # of the assignment the routing memory was kept under
+        self._remembers = False  # this worker owns a shard: it keeps a routing memory
+        self.events: Counter[str] = Counter()
+        self._forgetter: Forgetter | None = None
 
     def store(self) -> StoreSpec:
         """Seen-sets behind Bloom filters; the canonicalization the state was built with; resharded
@@ -88,16 +135,22 @@ class UrlDedupStage:
         stored, and the new shards' filters are built from them)."""
         return StoreSpec(open=partial(open_seen_set, self.settings),
                          identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
-                         layout=KeyedMove)
+                         layout=UrlDedupMove)
 
     def init(self, context: StageContext) -> Processors:
         """The shards it owns (a URL of one is decided at routing) and a memory of routed fingerprints."""
         self._owned, self._shard_count = context.owned, context.shards
         self._shards_topic = context.internal("shards").topic
         self._new_urls = context.output("new-urls")
-        self.decisions = context.decisions
+        self.decisions, self.events = context.decisions, context.events
         self._routing = context.routing_memory(max(1, self.settings.route_cache_urls))
+        self._forgetter = Forgetter(self._shards_topic, context.output(REPLIES), context.input_topics[0],
+                                    self._routing, self.events, self._now_ms, self._keep_urls,
+                                    lambda: self._shard_count, max(1, self.settings.forget_part_marks))
         return Processors(route=self.route, shards={"shards": self.process})
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
     def route(self, message: Message) -> list[Emit]:
         record = self._decode(message.value())
@@ -105,14 +158,14 @@ class UrlDedupStage:
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         crawl: str = record.get("crawl") or ""
         key = canonical.fingerprint(url, crawl)
-        if key in self._routing:  # see _decide_at_routing
+        if key in self._routing and self._memory_holds():  # see _decide_at_routing
             self.decisions["seen"] += 1
             return []
         shard = partition_for(key, self._shard_count)
         state = self._owned.settled(shard)
         if state is not None:
             return self._decide_at_routing(state, key, url, crawl, record)
-        self._routing.note(key)
+        self._note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
         value = self._new_url_record(record, url, key, canonical.host_of(url))
         return [Emit(self._shards_topic, value, key, shard)]
@@ -137,9 +190,38 @@ class UrlDedupStage:
         if self._is_seen(state, key):
             return []
         self._record_new(state, key, canonical.scoped(url, crawl))
-        self._routing.note(key)
+        self._note(key)
         host = canonical.host_of(url)
         return [Emit(self._new_urls, self._new_url_record(record, url, key, host), host.encode())]
+
+    def _memory_holds(self) -> bool:
+        """Whether the routing memory's answer stands, now that it has a key: not after a change of
+        assignment (cleared: a forget may have been applied by a shard's owner before this worker
+        took it), nor past its window while expiry is on (cleared), nor while this worker owns no
+        shard (it keeps none: it would hear of no forget)."""
+        if self._owned.generation != self._generation:
+            self._reassigned()
+            return False
+        if self._memory_window_ms:
+            now = self._now_ms()
+            if now >= self._memory_until_ms:
+                self._routing.clear()
+                self._memory_until_ms = now + self._memory_window_ms
+                return False
+        return self._remembers
+
+    def _note(self, key: bytes) -> None:
+        if self._owned.generation != self._generation:
+            self._reassigned()
+        if self._remembers:
+            self._routing.note(key)
+
+    def _reassigned(self) -> None:
+        self._generation = self._owned.generation
+        self._routing.clear()
+        self._remembers = any(shard in self._owned for shard in range(self._shard_count))
+        if self._memory_window_ms:
+            self._memory_until_ms = self._now_ms() + self._memory_window_ms
 
     @staticmethod
     def _new_url_record(record: dict[str, Any], url: str, key: bytes, host: str) -> bytes:
@@ -149,6 +231,8 @@ class UrlDedupStage:
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()
         if key is None or len(key) != 16:
+            if key == CONTROL_KEY and self._forgetter is not None:
+                return self._forgetter.process(message, state)
             raise RecordRejected("invalid_shard_record", "shard record without a 16-byte fingerprint key")
         if self._is_seen(state, key):
             return []
@@ -158,17 +242,56 @@ class UrlDedupStage:
         return [Emit(self._new_urls, value, record["host"].encode())]
 
     def _is_seen(self, state: BatchState, key: bytes) -> bool:
-        if state.get(key) is None:
+        value = state.get(key)
+        if value is None:
+            return False
+        if self._keep_urls and not self._still_seen(state, key, value):
             return False
         self.decisions["seen"] += 1
+        return True
+
+    def _still_seen(self, state: BatchState, key: bytes, value: bytes) -> bool:
+        """Whether a mark still stands: not selected by a forget under way in its shard, not expired.
+        A mark of a version before marks had times is given one the first time expiry finds it."""
+        if state.get(FORGETTING_KEY) is not None and forgotten_meanwhile(state, key, value):
+            self.events["forgotten"] += 1
+            return False
+        if self._expire_after_ms:
+            now = self._now_ms()
+            if self._expiry.expired(value, now):
+                self.events["expired"] += 1
+                return False
+            if value[:1] != TIMED_MARK:
+                state.set(key, marks.stamped(value, now))
         return True
 
     def _record_new(self, state: BatchState, key: bytes, scoped_url: str) -> None:
         """The first sighting: the seen mark keeps the URL itself (with its crawl's name, as it was
         hashed: :func:`~streams.urls.canonical.scoped`), so the set can be re-fingerprinted when
-        canonicalization changes (``url-dedup-migrate``)."""
-        state.set(key, scoped_url.encode() if self._keep_urls else b"")
+        canonicalization changes (``url-dedup-migrate``), and the time it was marked seen."""
+        state.set(key, _MARK_HEAD.pack(_TIMED, self._now_ms()) + scoped_url.encode() if self._keep_urls
+                  else b"")
         self.decisions["new"] += 1
+
+    def status(self, store: PartitionStore, key: bytes) -> dict[str, Any]:
+        """What shard ``store`` says of fingerprint ``key``, from its committed state (a worker's
+        ``/status``; another thread than the engine's, which only reads): whether it is seen, since
+        when, and when it is new again with expiry on."""
+        value = store.get(key)
+        if value is None:
+            return {"seen": False}
+        if not self._keep_urls:
+            return {"seen": True, "first_seen_at": None, "bloom_only": True}
+        at = marks.seen_at_ms(value)
+        found: dict[str, Any] = {"seen": True, "first_seen_at": None if at is None else marks.rfc3339_ms(at)}
+        forgetting = store.get(FORGETTING_KEY)
+        if forgetting and any(each.selects(key, value) for each in decode_pending(forgetting).values()):
+            return {**found, "seen": False, "forgetting": True}
+        if self._expire_after_ms and at is not None:
+            found["new_again_at"] = marks.rfc3339_ms(at + self._expire_after_ms)
+            if self._expiry.expired(value, self._now_ms()):
+                found.update(seen=False, expired=True)
+        return found
 
     def _other_version(self, partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:
         stored = (found.get(VERSION_KEY) or b"none").decode(errors="replace")

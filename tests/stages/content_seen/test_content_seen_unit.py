@@ -72,7 +72,8 @@ def test_waiting_state_is_gone_once_every_page_is_decided() -> None:
     store = MemoryStore()
     _verdicts(ContentSeenStage(), store, simweb.crawl(seed=4, articles=6))
     kinds = {key[:1] for key, _ in store.items()}
-    assert kinds <= {b"t", b"s", b"y", b"m"}, kinds  # buckets, records, payloads, metadata; no page left
+    # buckets, records, payloads, last verdicts, metadata; no page or progress left
+    assert kinds <= {b"t", b"s", b"y", b"u", b"m"}, kinds
 
 
 @pytest.mark.parametrize(("recorded", "named"), [
@@ -213,7 +214,7 @@ def test_state_of_the_layout_before_payloads_reads_on() -> None:
     without = ContentSeenStage(ContentSeenSettings(payload_digests=False))
     before = decided(OfflineDriver(TOPOLOGY, without, store), 1, [orjson.dumps(old.record)])
     assert before[0]["verdict"] == "unique" and "payload_digest" not in before[0]
-    assert {key[:1] for key, _ in store.items()} <= {b"t", b"s", b"m"}
+    assert {key[:1] for key, _ in store.items()} <= {b"t", b"s", b"u", b"m"}  # no payload ("y")
     after = decided(OfflineDriver(TOPOLOGY, ContentSeenStage(), store), 2,
                     [orjson.dumps(new.record), copy(old, "old-copy"), copy(new, "new-copy")])
     by_url = {verdict["url"]: verdict for verdict in after}

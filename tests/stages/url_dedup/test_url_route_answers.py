@@ -20,6 +20,7 @@ from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.partitioner import partition_for
 from streams.runtime.routing import RecentKeys
 from streams.runtime.store import MemoryStore
+from streams.stages.url_dedup.marks import scoped_url
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
@@ -47,10 +48,13 @@ def test_recent_keys_hold_at_most_capacity_and_remember_the_latest_half(keys: li
 
 
 class Routed:
-    """A URL stage bound as the engine binds it, with the routing memory the engine keeps."""
+    """A URL stage bound as the engine binds it, with the routing memory the engine keeps; by default
+    a worker owning one shard, not ``URL``'s (a worker owning none keeps no routing memory)."""
 
     def __init__(self, owned: OwnedShards | None = None) -> None:
         self.stage = UrlDedupStage(UrlDedupSettings(route_cache_urls=100))
+        if owned is None:
+            owned = OwnedShards({(partition_for(fingerprint(URL), SHARDS) + 1) % SHARDS: MemoryStore()})
         context, processors = bind(self.stage, TOPOLOGY, SHARDS, owned)
         self.memory = context.services.routing
         self.process = processors.shards["shards"]
@@ -130,7 +134,7 @@ def test_a_first_sighting_in_an_owned_shard_is_decided_in_the_open_transaction()
     assert (new.topic, new.key) == ("t.new-urls", b"example.com")
     assert orjson.loads(new.value or b"")["canonical"] == URL
     shard = partition_for(fingerprint(URL), SHARDS)
-    assert owned.states[shard].writes[fingerprint(URL)] == URL.encode()  # commits with the output
+    assert scoped_url(owned.states[shard].writes[fingerprint(URL)]) == URL  # commits with the output
     assert store.get(fingerprint(URL)) is None  # nothing applied before the commit
     assert routed.route(URL) == [] and routed.stage.decisions == {"new": 1, "seen": 1}
 
