@@ -228,17 +228,18 @@ class Engine:
 
     def _join(self) -> None:
         """Fence this worker's predecessor, warm the shards it will own (:mod:`streams.runtime.warmth`),
-        initialise its transactions, then subscribe.
+        then subscribe; its own transactions are initialised at its first assignment.
 
         The predecessor is fenced at once, by a producer used for nothing else: what it left open is
         aborted before the warm-up, which may be long, and readers of what it wrote do not wait for it.
-        The worker's own producer is initialised only after the warm-up, just before it joins:
-        another worker that took its shards meanwhile fences its id (it is not a member while it
-        warms up, :mod:`streams.runtime.takeover`), and librdkafka initialises a producer once."""
+        The worker's own producer is initialised only once it is a member again, in its first
+        assignment (:meth:`_on_assign`): another worker that took its shards while it was away fences
+        its id (:mod:`streams.runtime.takeover`) in an assignment of a generation without it, which
+        the range assignor's eager rebalance completes before the one that lets it in; and librdkafka
+        initialises a producer once."""
         self._commit.init_transactions(self._clients.producer(self._producer_config))
         self.lifecycle.warming()
         self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)
-        self._commit.init_transactions()
         self._subscribe()
 
     def _subscribe(self) -> None:
@@ -301,6 +302,8 @@ class Engine:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assignment_check()
+        if not self._assigned:  # a member now: no takeover's fence can come after this (see _join)
+            self._commit.init_transactions()
         self._cut.assigned(partitions)
         owned = tuple(sorted({*self.assignment, *((tp.topic, tp.partition) for tp in partitions)}))
         self.lifecycle.assigned_now(owned)
@@ -331,8 +334,8 @@ class Engine:
         """With no input to process: run the scheduled callbacks in a transaction of their own when
         input positions moved (a new assignment) or a timed one is due. Whether one committed."""
         positions = self._positions.after([])
-        if positions is None and not self._punctuators.due():
-            return False
+        if not self._assigned or (positions is None and not self._punctuators.due()):
+            return False  # not before the first assignment: the producer is initialised there
         states = self._owned.begin()
         self._producer.begin_transaction()
         try:

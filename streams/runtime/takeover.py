@@ -24,13 +24,16 @@ Who is never fenced, or is fenced harmlessly:
 - a previous owner still in the group: it gave its partitions up inside its consumer's poll,
   between two transactions, so it has nothing open;
 - a previous owner restarting under the same worker id (a crash and a supervisor, or a rolling
-  restart that outlasted the session), warming up before it joins: it initialises its transactions
-  when it starts (aborting what its predecessor left open) and again just before it joins
-  (:meth:`streams.runtime.engine.Engine.start`), so a fence during its warm-up is forgotten. Only a
-  fence between that second initialisation and its JoinGroup reaching the coordinator (a fraction
-  of a second, when its old session ends just then: seen in a rolling restart whose warm-up took
-  the session's length) fails its first commit: having committed nothing, it restarts in place
-  (:meth:`streams.runtime.watchdog.Watchdog.fenced_while_joining`) and joins again.
+  restart that outlasted the session), warming up before it joins: it aborts what its predecessor
+  left open when it starts, with a producer of its own id used for nothing else, and initialises
+  its own producer only in its first assignment (:meth:`streams.runtime.engine.Engine._join`). A
+  fence in an assignment of a generation without it comes before that: the range assignor's
+  rebalances are eager, so the generation that lets it in completes only once every member has
+  finished its callbacks of the one before, the fence among them. (Initialised just before it
+  joined, as it first was, a worker whose warm-up took its old session's length was fenced there
+  and failed its first commit, seen in a rolling restart and a reshard's drain.) Should a fence
+  still land before its first commit, having committed nothing, it restarts in place
+  (:meth:`streams.runtime.watchdog.Watchdog.fenced_while_joining`).
 
 Fencing a worker that was only slow (paused past its session with a transaction open) is safe: its
 partitions were already given away, its next transactional call fails as fenced, it stops with that

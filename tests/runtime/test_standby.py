@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams.config import RuntimeSettings
 from streams.runtime.clients import KafkaClients
@@ -199,15 +199,12 @@ def test_a_worker_fenced_while_it_warmed_up_joins_with_its_own_transactions() ->
     w0.close()
 
 
-def test_a_worker_fenced_as_it_joins_restarts_in_place_having_committed_nothing() -> None:
-    """The takeover's fence landing between the worker's last ``init_transactions`` and its first
-    commit (its old session ended just as it rejoined): nothing of the run was committed, so the
-    worker restarts in place (the watchdog's action) instead of stopping for a supervisor."""
+def test_a_fence_before_the_first_assignment_is_forgotten() -> None:
+    """The takeover's fence landing after the warm-up, as the worker joins (its old session ended
+    just then): its producer is initialised in its first assignment, after the fence."""
     broker = MemoryKafka()
     create_topics(broker, plain_topology(), 4, 4)
     w0 = _engine(broker, "w0", {}, replicas=0)
-    acted: list[str] = []
-    w0._watchdog._on_wedged = lambda: acted.append("restart")
     subscribe = w0._subscribe
 
     def fenced_then_subscribe() -> None:
@@ -215,6 +212,28 @@ def test_a_worker_fenced_as_it_joins_restarts_in_place_having_committed_nothing(
         subscribe()
 
     w0._subscribe = fenced_then_subscribe  # type: ignore[method-assign]
+    w0.start()
+    _feed(broker, range(8))
+    _steps(w0)
+    assert len(broker.committed_records("out")) == 8
+    w0.close()
+
+
+def test_a_worker_fenced_before_its_first_commit_restarts_in_place() -> None:
+    """Should a fence still come between the producer's initialisation and the first commit, the
+    worker, having committed nothing, restarts in place (the watchdog's action)."""
+    broker = MemoryKafka()
+    create_topics(broker, plain_topology(), 4, 4)
+    w0 = _engine(broker, "w0", {}, replicas=0)
+    acted: list[str] = []
+    w0._watchdog._on_wedged = lambda: acted.append("restart")
+    assigned = w0._shards.assigned
+
+    def assigned_then_fenced(partitions: Sequence[TopicPartition]) -> None:
+        assigned(partitions)
+        broker.producer({"transactional.id": "g.w0"}).init_transactions()
+
+    w0._shards.assigned = assigned_then_fenced  # type: ignore[method-assign]
     _feed(broker, range(4))
     with pytest.raises(KafkaException, match="fenced"):
         w0.run(idle_exit_s=5.0)
