@@ -37,6 +37,9 @@ APPLY_CHUNK = 20_000
 # recovery with nothing left to replay took before it saw the partitions' end: every assignment of a
 # takeover paid it. A recovery fetches until the end and stops, so asking again sooner costs little.
 END_WAIT_MS = 10
+# How long a store ahead of its changelog's stable end waits for the commit markers of the last
+# transaction that wrote it (see _stable_ends) before the changelog is taken for recreated.
+MARKERS_WAIT_S = 10.0
 
 
 class RecoveryWatcher(Protocol):
@@ -120,7 +123,7 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     pending: dict[int, Replay] = {}
     assignment = []
     for partition, store in stores.items():
-        low, high = watermarks(consumer, TopicPartition(topic, partition))
+        low, high = _stable_ends(consumer, TopicPartition(topic, partition), store.changelog_offset())
         offset = start_offset(store, low, high, f"{topic}[{partition}]")
         if offset is not None:
             pending[partition] = Replay(store, offset, high)
@@ -128,6 +131,24 @@ def _assign(consumer: Consumer, stores: Mapping[int, PartitionStore], topic: str
     if assignment:
         consumer.assign(assignment)
     return pending
+
+
+def _stable_ends(consumer: Consumer, partition: TopicPartition, stored: int | None) -> tuple[int, int]:
+    """The partition's offsets, its end once past what the store holds, or as they are after
+    ``MARKERS_WAIT_S``.
+
+    A store holds only what committed, yet its end (the last stable offset) can be behind it for a
+    moment: ``commit_transaction`` returns once the coordinator has recorded the commit, and the
+    commit markers reach the partitions after that. A shard revoked and given back by a rebalance
+    right after a commit (seen in a reshard's drain, the eager rebalance revokes every shard) is
+    recovered in that moment; it waits for the markers instead of taking the changelog for one
+    deleted and recreated (:func:`start_offset`)."""
+    low, high = watermarks(consumer, partition)
+    deadline = time.monotonic() + MARKERS_WAIT_S
+    while stored is not None and stored >= high and time.monotonic() < deadline:
+        time.sleep(0.05)
+        low, high = watermarks(consumer, partition)
+    return low, high
 
 
 def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:

@@ -8,6 +8,7 @@ the broker.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -127,6 +128,24 @@ def test_a_store_ahead_of_its_changelog_is_refused() -> None:
     store.apply({}, 50)
     with pytest.raises(StateError, match="recreated"):
         start_offset(store, 0, 10, "t[0]")
+
+
+def test_a_store_ahead_of_the_stable_end_waits_for_the_commit_markers() -> None:
+    """Right after a commit the partition's stable end can lag the store (the markers are written
+    after ``commit_transaction`` returns): recovery waits for them, nothing to replay, no error."""
+    broker = MemoryKafka()
+    broker.create_topic("changelog", 1)
+    producer = broker.producer({"transactional.id": "owner"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.produce("changelog", b"1", b"a", partition=0)
+    store = MemoryStore()
+    store.apply({b"a": b"1"}, 0)  # as after the commit, its markers not yet in the partition
+    markers = threading.Timer(0.3, producer.commit_transaction)
+    markers.start()
+    result = recover(KafkaConfig("memory"), {0: store}, "changelog", clients=cast(KafkaClients, broker))
+    markers.join()
+    assert result.total == 0 and store.changelog_offset() == 0
 
 
 class PreparingStage(EchoStage):
