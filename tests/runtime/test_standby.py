@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaException, TopicPartition
@@ -20,7 +20,7 @@ from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.standby import Standbys
 from streams.runtime.store import MemoryStore, PartitionStore
 from streams.runtime.takeover import Takeover
-from testing.memory_kafka import MemoryKafka, MemoryProducer
+from testing.memory_kafka import MemoryConsumer, MemoryKafka, MemoryProducer
 from testing.stages import EchoStage, create_topics, plain_topology
 
 KAFKA = KafkaConfig("memory")
@@ -205,13 +205,14 @@ def test_a_fence_before_the_first_assignment_is_forgotten() -> None:
     broker = MemoryKafka()
     create_topics(broker, plain_topology(), 4, 4)
     w0 = _engine(broker, "w0", {}, replicas=0)
-    subscribe = w0._subscribe
+    consumer = cast(MemoryConsumer, w0._consumer)  # the engine's methods are compiled: not patched
+    subscribe = consumer.subscribe
 
-    def fenced_then_subscribe() -> None:
+    def fenced_then_subscribe(*args: Any, **kwargs: Any) -> None:
         broker.producer({"transactional.id": "g.w0"}).init_transactions()  # the takeover's fence
-        subscribe()
+        subscribe(*args, **kwargs)
 
-    w0._subscribe = fenced_then_subscribe  # type: ignore[method-assign]
+    consumer.subscribe = fenced_then_subscribe  # type: ignore[method-assign]
     w0.start()
     _feed(broker, range(8))
     _steps(w0)
