@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +58,17 @@ def wait_until_running(kafka: KafkaConfig, topics: Topics,
                        stages: tuple[str, ...] = ("url-dedup", "content-seen"),
                        timeout_s: float = 90) -> None:
     """Until the stages' groups are stable (a coordinator's transient answers right after a
-    broker's start are asked again): a crawl's first URL then goes through at once."""
+    broker's start, and an answer that does not come on a loaded broker, are asked again): a
+    crawl's first URL then goes through at once."""
     admin = AdminClient(kafka.admin())
     groups = [topics.group(APP, stage) for stage in stages]
 
     def stable() -> bool:
-        found = admin.describe_consumer_groups(groups)
+        found = admin.describe_consumer_groups(groups, request_timeout=10)
         try:
-            return all(found[group].result(timeout=10).state == ConsumerGroupState.STABLE for group in groups)
+            return all(found[group].result(timeout=15).state == ConsumerGroupState.STABLE for group in groups)
+        except FutureTimeout:  # a busy coordinator's answer is late: ask again
+            return False
         except KafkaException as error:  # a broker just started: its coordinator is not there yet
             if error.args[0].code() in TRANSIENT or error.args[0].retriable():
                 return False
