@@ -95,9 +95,10 @@ test: venv jars lint docs alerts pywb
 	$(MAKE) --no-print-directory -j2 --output-sync=target suite beside-suite
 
 # The suite names pywb's environment in CRAWL_DEDUP_PYWB, so the web-archive replay test fails rather
-# than skips when it is missing.
+# than skips when it is missing; it ends with its 25 slowest steps, so that every CI run says where
+# the time goes.
 suite: venv jars prometheus pywb
-	CRAWL_DEDUP_PYWB=$(CURDIR)/$(PYWB_VENV)/bin $(PY) -m pytest -m "not slow" -q $(XDIST)
+	CRAWL_DEDUP_PYWB=$(CURDIR)/$(PYWB_VENV)/bin $(PY) -m pytest -m "not slow" -q --durations=25 $(XDIST)
 
 beside-suite: unit-pure
 	$(MAKE) --no-print-directory wheel-check
