@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -89,7 +90,7 @@ def test_warcs_and_json_lines_replayed_into_a_running_page_stage(kafka: KafkaCon
     one, two, lines, expected = _crawl(tmp_path)
     stage = subprocess.Popen(
         [sys.executable, "-m", "streams", "content-seen", "--topic-prefix", prefix, "--app-id", "a",
-         "--worker-id", "w", "--state-dir", str(tmp_path / "state"), "--shards", "2", "--idle-exit-s", "8"],
+         "--worker-id", "w", "--state-dir", str(tmp_path / "state"), "--shards", "2"],
         env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers}, cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -100,6 +101,10 @@ def test_warcs_and_json_lines_replayed_into_a_running_page_stage(kafka: KafkaCon
         while len(_verdicts(kafka, topics)) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
         report = _replay(kafka, prefix, two, lines)
+        deadline = time.monotonic() + 90  # every page decided; then stopped as an operator stops it
+        while len(_verdicts(kafka, topics)) < len(expected) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stage.send_signal(signal.SIGTERM)
         _, errors = stage.communicate(timeout=90)
     finally:
         stage.kill()
