@@ -28,7 +28,7 @@ from typing import Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from streams.runtime.recovery import watermarks
+from streams.runtime.recovery import committed_offsets, watermarks
 
 log: Final = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Backlogs:
         taken = [TopicPartition(tp.topic, tp.partition, LATEST)
                  for tp in partitions if tp.topic in self._topics]
         if taken:
-            committed = self._consumer.committed(taken, timeout=10)
+            committed = committed_offsets(self._consumer, taken)
             starts = {(tp.topic, tp.partition): tp.offset for tp in committed}
             self._ends.update({key: end for key, end in self._ends_of(taken).items()
                                if not _nothing_between(starts.get(key, -1), end)})

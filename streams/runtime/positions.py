@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams.runtime.drain import Cut
 from streams.runtime.message import InputPositions
+from streams.runtime.recovery import committed_offsets
 
 Partition = tuple[str, int]
 
@@ -70,7 +71,7 @@ class InputTracker:
         inputs = [tp for tp in partitions if tp.topic in self._inputs]
         if not inputs:
             return
-        for tp in self._consumer.committed(inputs, timeout=self._timeout_s):
+        for tp in committed_offsets(self._consumer, inputs, self._timeout_s):
             low, high = self._consumer.get_watermark_offsets(tp, timeout=self._timeout_s, cached=False)
             cut = self._cut.end((tp.topic, tp.partition))
             self._routed[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else low

@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                         KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
                         KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
+# A group coordinator's, while it moves or loads its partition of __consumer_offsets.
+_COORDINATOR = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
 
 APPLY_CHUNK = 20_000
 # How long the broker holds a fetch that finds nothing new. librdkafka's default, 500 ms, is what a
@@ -171,6 +174,32 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float =
                 raise RuntimeFailure(f"changelog {partition.topic}[{partition.partition}] has no "
                                      f"leader after {timeout_s:.0f} s: {kafka_error}") from error
             log.warning("changelog %s[%d]: %s; retrying", partition.topic, partition.partition, kafka_error)
+            time.sleep(0.5)
+
+
+def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
+                      timeout_s: float = 60.0) -> list[TopicPartition]:
+    """The group's committed offsets of ``partitions``, retried through a coordinator's and a
+    broker's transient states, as :func:`watermarks`.
+
+    Asked in a rebalance callback (a taken shard's backlog, a page worker's input positions), an
+    error there leaves ``consume`` and stopped the worker: seen on a loaded broker, whose
+    coordinator answered ``NOT_COORDINATOR`` for a moment.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found: list[TopicPartition] = consumer.committed(partitions, timeout=10)
+            return found
+        except KafkaException as error:
+            kafka_error: KafkaError = error.args[0]
+            code = kafka_error.code()
+            if not kafka_error.retriable() and code not in _TRANSIENT and code not in _COORDINATOR:
+                raise
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"no committed offsets for {partitions[0].topic} after "
+                                     f"{timeout_s:.0f} s: {kafka_error}") from error
+            log.warning("committed offsets of %s: %s; retrying", partitions[0].topic, kafka_error)
             time.sleep(0.5)
 
 

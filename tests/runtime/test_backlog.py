@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import OwnedShards
@@ -99,3 +99,29 @@ def test_a_shard_with_nothing_routed_to_it_waiting_settles_at_once(
         ends: dict[int, int], commits: dict[int, int], pending: set[int]) -> None:
     _, _, owned = _taken(ends, commits)
     assert owned.pending == pending
+
+
+@dataclass
+class Moving(Offsets):
+    """A coordinator that moves: its first answers are errors."""
+
+    errors: list[int] = field(default_factory=list)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return super().committed(partitions, timeout)
+
+
+def test_a_coordinator_moving_while_a_shard_is_taken_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked in the rebalance callback: an error there would leave consume and stop the worker."""
+    monkeypatch.setattr("streams.runtime.recovery.time.sleep", lambda _s: None)
+    offsets = Moving({0: 5}, commits={0: 2}, errors=[KafkaError.NOT_COORDINATOR,
+                                                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+    owned = OwnedShards({0: MemoryStore()})
+    backlogs = Backlogs(offsets, [SHARDS], owned.pending)  # type: ignore[arg-type]
+    backlogs.assigned([TopicPartition(SHARDS, 0)])
+    assert owned.pending == {0} and not offsets.errors
+    refused = Moving({0: 5}, errors=[KafkaError.TOPIC_AUTHORIZATION_FAILED])
+    with pytest.raises(KafkaException):
+        Backlogs(refused, [SHARDS], set()).assigned([TopicPartition(SHARDS, 0)])  # type: ignore[arg-type]
