@@ -102,16 +102,23 @@ class Warmth:
             self._report(self.standbys.lag(), self.standbys.warm)
 
     def _place(self, owned: frozenset[int]) -> None:
+        """Keep the standbys the group as last seen wants of this worker, and hold open the stores of
+        the shards it is about to be given (``due``): those of an owner that left, seen here before
+        the rebalance gives them, or, between the revocation and the assignment of a rebalance, its
+        own. Closed and opened again instead, a store pays its memtable's flush on the way (seconds
+        for a few hundred thousand URLs, :mod:`streams.runtime.closing`), which a standby was
+        placed to save."""
         membership = self._view.latest
-        if membership is None or self.standbys.replicas <= 0:
+        if membership is None:
             self.standbys.keep(())  # parked stores not taken back are closed
             return
         key = (membership.members, owned)
         if key == self._placed_for and not self.standbys.parked:
             return
         self._placed_for = key
+        due = owned_after_join(self._me, membership.members, self._shards) - owned
         wanted = standby_shards(self._me, membership.members, self._shards, self.standbys.replicas) - owned
-        self.standbys.keep(wanted)
+        self.standbys.keep(wanted, held=due)
 
     def _after_join(self, members: frozenset[str]) -> set[int]:
         """The shards this worker will own once a member of a group of ``members``, and those it will
