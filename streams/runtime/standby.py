@@ -24,7 +24,9 @@ Here (docs/decisions/0011-standby-replicas.md):
   store to the owner's side (:mod:`streams.runtime.shards`), which replays only what the standby had
   not read yet. A shard revoked from this worker is :meth:`park` ed, still open: the range assignor
   revokes every partition at every rebalance, and most come straight back; the rest become
-  standbys, or are closed once the new assignment is known (:meth:`keep`).
+  standbys, or are closed once the new assignment is known (:meth:`keep`), on threads of their
+  own (:mod:`streams.runtime.closing`). Shards the group is about to give this worker are held
+  open: a standby of one goes on following its changelog until the assignment takes it.
 
 Correctness never rests on a standby: a store is only ever at a committed changelog offset, and the
 owner's recovery always starts from the store's own offset, so a standby that is behind, stale or

@@ -11,7 +11,8 @@ Two moments (docs/decisions/0011-standby-replicas.md):
   KIP-441, without the probing rebalances: the group does not know this worker until it is warm).
   A restarted worker does the same with its own shards: its tail, then it takes its place back.
 - **While running** (:meth:`Warmth.tick`, once per loop turn). The standby shards follow the group's
-  membership (:func:`~streams.runtime.placement.standby_shards`, none of them owned here), and
+  membership (:func:`~streams.runtime.placement.standby_shards`, none of them owned here); the
+  stores of shards the group is about to give this worker are held open meanwhile (:meth:`Warmth._place`), and
   the standbys apply what their changelogs gained, within a time budget: after a batch, half the
   batch's time (so a worker that is also a standby gives at least two thirds of its time to its
   own shards), when idle a tenth of a second at a time, and the engine does not wait for input
