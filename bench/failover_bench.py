@@ -180,6 +180,8 @@ def run(kafka: KafkaConfig, load: Load, scenario: str, standbys: int, seconds: f
                 later.append(_worker(kafka, topics, load, app_id, 1, work, standbys))
 
         written, event_time = _produce_steadily(kafka, source, steady, load.rate, event_at_s, event)
+        print(f"{scenario} at {time.strftime('%H:%M:%S', time.localtime(event_time))}"
+              f".{int(event_time % 1 * 1000):03d}", file=sys.stderr)
         fresh = {_url(value) for value in steady} - {_url(value) for value in load.repeats}
         h.wait_for(lambda: all(url in reader.seen for url in fresh), 180, poll_s=0.5)
         time.sleep(2.0)  # anything doubled
@@ -204,11 +206,14 @@ def _steady(load: Load, count: int) -> list[bytes]:
 
 def _row(load: Load, scenario: str, standbys: int, written: dict[str, float], fresh: set[str],
          seen: dict[str, list[float]], event_time: float, build_s: float) -> dict[str, Any]:
-    after = sorted(seen[url][0] - written[url] for url in fresh if url in seen and written[url] >= event_time)
+    waits = {url: seen[url][0] - written[url] for url in fresh if url in seen and written[url] >= event_time}
+    after = sorted(waits.values())
+    slowest = max(waits, key=waits.__getitem__) if waits else None
     before = sorted(seen[url][0] - written[url] for url in fresh if url in seen and written[url] < event_time)
     return {"stage": load.stage, "scenario": scenario, "standbys": standbys, "state_records": len(load.state),
             "state_build_s": round(build_s, 1), "rate_per_s": load.rate,
             "records_after": len(after), "max_after_s": round(after[-1], 3) if after else None,
+            "slowest_written_s_after": None if slowest is None else round(written[slowest] - event_time, 3),
             "p99_after_s": round(_percentile(after, 0.99), 3),
             "p99_before_s": round(_percentile(before, 0.99), 3),
             "lost": sum(1 for url in fresh if url not in seen),

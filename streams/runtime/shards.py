@@ -16,6 +16,7 @@ stage and parks the stores with the standbys, open, until the new assignment say
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -83,14 +84,31 @@ class Shards:
         """The stores of ``shards``, at their changelog's end: taken from the standbys (only their
         tail to replay), rebuilt in processes of their own (no local state), or opened; then
         recovered. For an assignment, and for a worker warming up before it joins."""
+        began = time.perf_counter()
         taken = {shard: store for shard in shards if (store := self._standbys.take(shard)) is not None}
+        taken_s = time.perf_counter() - began
         cold = self._restore([shard for shard in shards if shard not in taken])  # left closed
-        opened = {shard: taken[shard] if shard in taken else self._open(shard) for shard in shards}
+        opening = time.perf_counter()
+        opened = {shard: taken[shard] if shard in taken else self._opened(shard) for shard in shards}
+        opened_s = time.perf_counter() - opening
         result = recover(self._kafka, opened, self._changelog, clients=self._clients,
                          watcher=self._lifecycle)
         self._lifecycle.recovered(cold.total + result.total, cold.seconds + result.seconds)
         self._counters.recovered_records += cold.total + result.total
+        if shards:
+            log.info("shards: %s up in %.2f s: %d kept open here (%.2f s), %d rebuilt apart (%.2f s), "
+                     "%d opened (%.2f s), %d changelog records replayed (%.2f s)",
+                     ", ".join(map(str, shards)), time.perf_counter() - began, len(taken), taken_s,
+                     len(cold.records), cold.seconds, len(shards) - len(taken), opened_s, result.total,
+                     result.seconds,
+                     extra={"fields": {"event": "shards_up", "shards": list(shards),
+                                       "kept_open": sorted(taken), "opened_s": round(opened_s, 3),
+                                       "replayed": result.total, "replay_s": round(result.seconds, 3)}})
         return opened
+
+    def _opened(self, shard: int) -> PartitionStore:
+        self._standbys.settle(shard)  # a store of it this worker was closing: closed first
+        return self._open(shard)
 
     def _of(self, partitions: Sequence[TopicPartition]) -> set[int]:
         """The shards of an assignment; every shard topic's partition i must come with the others'."""

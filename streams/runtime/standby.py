@@ -24,7 +24,9 @@ Here (docs/decisions/0011-standby-replicas.md):
   store to the owner's side (:mod:`streams.runtime.shards`), which replays only what the standby had
   not read yet. A shard revoked from this worker is :meth:`park` ed, still open: the range assignor
   revokes every partition at every rebalance, and most come straight back; the rest become
-  standbys, or are closed once the new assignment is known (:meth:`keep`).
+  standbys, or are closed once the new assignment is known (:meth:`keep`), on threads of their
+  own (:mod:`streams.runtime.closing`). Shards the group is about to give this worker are held
+  open: a standby of one goes on following its changelog until the assignment takes it.
 
 Correctness never rests on a standby: a store is only ever at a committed changelog offset, and the
 owner's recovery always starts from the store's own offset, so a standby that is behind, stale or
@@ -41,6 +43,7 @@ from typing import Final
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from streams.runtime.clients import KafkaClients
+from streams.runtime.closing import Closer
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.recovery import Replay
 from streams.runtime.store import PartitionStore, close_all
@@ -67,6 +70,7 @@ class Standbys:
         self._at_end: set[int] = set()  # shards whose changelog end was reached since their last record
         self._warm: set[int] = set()  # shards whose changelog end was reached once since placed here
         self.applied = 0  # changelog records applied to standbys, in all
+        self._closer = Closer()
 
     # -- what this worker keeps ------------------------------------------------------------------
 
@@ -88,28 +92,47 @@ class Standbys:
             self._reassign()
         return store
 
-    def keep(self, wanted: Iterable[int]) -> None:
+    def keep(self, wanted: Iterable[int], held: Iterable[int] = ()) -> None:
         """Keep standbys of exactly ``wanted`` (none of them owned here): open the new ones (a parked
-        store first), close the others and every parked store not wanted."""
+        store first), close the others and every parked store not wanted, on threads of their own
+        (:mod:`streams.runtime.closing`). ``held``: shards the group is about to give this worker
+        (its owner left, or this worker is joining): a standby of one goes on following its
+        changelog and a parked one stays parked, so the assignment takes them open, warm."""
         wanted = set(wanted)
-        if wanted == set(self.stores) and not self._parked:
+        held = set(held) - wanted
+        gone = [shard for shard in self.stores if shard not in wanted and shard not in held]
+        unparked = [shard for shard in self._parked if shard not in wanted and shard not in held]
+        new = sorted(wanted - set(self.stores))
+        if not gone and not unparked and not new:
             return
-        gone = [shard for shard in self.stores if shard not in wanted]
+        began = time.perf_counter()
         for shard in gone:
             self._flush(shard)
             self._replays.pop(shard, None)
             self._at_end.discard(shard)
             self._warm.discard(shard)
-        close_all([self.stores.pop(shard) for shard in gone])
-        for shard in sorted(wanted - set(self.stores)):
+            self._closer.close(shard, self.stores.pop(shard))
+        for shard in unparked:
+            self._closer.close(shard, self._parked.pop(shard))
+        opened = 0
+        for shard in new:
             parked = self._parked.pop(shard, None)
+            if parked is None:
+                self._closer.settle(shard)
+                opened += 1
             self.stores[shard] = parked if parked is not None else self._open(shard)
             self._replays[shard] = Replay(self.stores[shard], -1, -1)
-        close_all([self._parked.pop(shard) for shard in list(self._parked)])
         self._reassign()
-        if gone or wanted:
-            log.info("standby: keeping shards %s warm", ", ".join(map(str, sorted(wanted))) or "none",
-                     extra={"fields": {"event": "standby", "shards": sorted(wanted)}})
+        log.info("standby: keeping shards %s warm%s (%d closing, %d opened in %.2f s)",
+                 ", ".join(map(str, sorted(self.stores))) or "none",
+                 f", shards {', '.join(map(str, sorted(held)))} held for this worker" if held else "",
+                 len(gone) + len(unparked), opened, time.perf_counter() - began,
+                 extra={"fields": {"event": "standby", "shards": sorted(self.stores), "held": sorted(held),
+                                   "closing": sorted([*gone, *unparked]), "opened": opened}})
+
+    def settle(self, shard: int) -> None:
+        """Wait until a store of ``shard`` this worker was closing is closed (before it opens it)."""
+        self._closer.settle(shard)
 
     def _reassign(self) -> None:
         if not self.stores and self._consumer is None:
@@ -134,6 +157,7 @@ class Standbys:
     def catch_up(self, budget_s: float, wait_s: float = 0.0) -> int:
         """Apply what the changelog holds for the standbys, for at most about ``budget_s``, waiting
         up to ``wait_s`` for the first records when none are fetched; the number applied."""
+        self._closer.check()
         if not self.stores or self._consumer is None:
             return 0
         deadline = time.perf_counter() + budget_s
@@ -223,4 +247,7 @@ class Standbys:
                 self._consumer.close()
                 self._consumer = None
         finally:
-            close_all(stores)
+            try:
+                close_all(stores)
+            finally:
+                self._closer.wait()

@@ -11,7 +11,8 @@ Two moments (docs/decisions/0011-standby-replicas.md):
   KIP-441, without the probing rebalances: the group does not know this worker until it is warm).
   A restarted worker does the same with its own shards: its tail, then it takes its place back.
 - **While running** (:meth:`Warmth.tick`, once per loop turn). The standby shards follow the group's
-  membership (:func:`~streams.runtime.placement.standby_shards`, none of them owned here), and
+  membership (:func:`~streams.runtime.placement.standby_shards`, none of them owned here); the
+  stores of shards the group is about to give this worker are held open meanwhile (:meth:`Warmth._place`), and
   the standbys apply what their changelogs gained, within a time budget: after a batch, half the
   batch's time (so a worker that is also a standby gives at least two thirds of its time to its
   own shards), when idle a tenth of a second at a time, and the engine does not wait for input
@@ -102,16 +103,23 @@ class Warmth:
             self._report(self.standbys.lag(), self.standbys.warm)
 
     def _place(self, owned: frozenset[int]) -> None:
+        """Keep the standbys the group as last seen wants of this worker, and hold open the stores of
+        the shards it is about to be given (``due``): those of an owner that left, seen here before
+        the rebalance gives them, or, between the revocation and the assignment of a rebalance, its
+        own. Closed and opened again instead, a store pays its memtable's flush on the way (seconds
+        for a few hundred thousand URLs, :mod:`streams.runtime.closing`), which a standby was
+        placed to save."""
         membership = self._view.latest
-        if membership is None or self.standbys.replicas <= 0:
+        if membership is None:
             self.standbys.keep(())  # parked stores not taken back are closed
             return
         key = (membership.members, owned)
         if key == self._placed_for and not self.standbys.parked:
             return
         self._placed_for = key
+        due = owned_after_join(self._me, membership.members, self._shards) - owned
         wanted = standby_shards(self._me, membership.members, self._shards, self.standbys.replicas) - owned
-        self.standbys.keep(wanted)
+        self.standbys.keep(wanted, held=due)
 
     def _after_join(self, members: frozenset[str]) -> set[int]:
         """The shards this worker will own once a member of a group of ``members``, and those it will

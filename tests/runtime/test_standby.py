@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
 from streams.config import RuntimeSettings
+from streams.errors import StateError
 from streams.runtime.clients import KafkaClients
 from streams.runtime.engine import Engine
 from streams.runtime.group_view import GroupView
@@ -76,10 +77,59 @@ def test_a_taken_standby_store_is_the_warm_one_and_parked_stores_close_when_not_
     assert not standbys.parked and set(standbys.stores) == {3}
 
 
+class Counted(MemoryStore):
+    """A store that counts how often it was closed (each close of a RocksDB store flushes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closes = 0
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+class FailingClose(MemoryStore):
+    def close(self) -> None:
+        raise StateError("disk full")
+
+
+def test_shards_held_for_this_worker_stay_open_and_the_rest_close_on_threads_of_their_own() -> None:
+    broker, stores = MemoryKafka(), {shard: Counted() for shard in range(4)}
+    broker.create_topic("changelog", 4)
+    standbys = Standbys("changelog", stores.__getitem__, KAFKA, cast(KafkaClients, broker), replicas=1)
+    standbys.keep({2, 3})
+    standbys.park(0, stores[0])
+    standbys.park(1, stores[1])
+    standbys.keep(set(), held={0, 3})  # the owner of 3 left; 0 comes back at the assignment
+    _changelog(broker, 3, {b"k": b"v"})
+    standbys.catch_up(1.0)
+    assert stores[3].get(b"k") == b"v"  # still followed until it is taken
+    standbys.settle(1)
+    standbys.settle(2)
+    assert [store.closes for store in stores.values()] == [0, 1, 1, 0]
+    assert standbys.take(0) is stores[0] and standbys.take(3) is stores[3]
+    standbys.keep({2})  # opened again once closed
+    assert set(standbys.stores) == {2} and stores[2].closes == 1
+    standbys.close()
+    assert [store.closes for store in stores.values()] == [0, 1, 2, 0]
+
+
+def test_a_store_that_failed_to_close_stops_the_worker_at_the_next_turn() -> None:
+    broker = MemoryKafka()
+    broker.create_topic("changelog", 2)
+    standbys = Standbys("changelog", lambda shard: FailingClose(), KAFKA, cast(KafkaClients, broker),
+                        replicas=1)
+    standbys.keep({1})
+    standbys.keep(set())
+    with pytest.raises(StateError, match="disk full"):
+        standbys.settle(1)
+        standbys.catch_up(0.1)
+
+
 def _engine(broker: MemoryKafka, worker: str, stores: dict[int, MemoryStore], replicas: int = 1) -> Engine:
     settings = RuntimeSettings(worker_id=worker, shards=4, standby_replicas=replicas)
     return Engine(EchoStage(), plain_topology(), KAFKA, settings,
-                  store_factory=lambda shard: stores.setdefault(shard, MemoryStore()),
+                  store_factory=lambda shard: stores.setdefault(shard, Counted()),
                   clients=cast(KafkaClients, broker))
 
 
@@ -129,6 +179,34 @@ def test_a_lost_owners_shards_are_taken_warm_and_decided_once() -> None:
     w0.close()
 
 
+def test_a_lost_owner_seen_before_the_rebalance_leaves_its_standbys_open() -> None:
+    """The group view may see the owner gone before the rebalance gives its shards: the standby
+    copies are held open, not closed and opened again (a flush of each memtable, seconds a store)."""
+    broker = MemoryKafka()
+    broker.range_assignor = True
+    create_topics(broker, plain_topology(), 4, 4)
+    stores0: dict[int, MemoryStore] = {}
+    w0, w1 = _engine(broker, "w0", stores0), _engine(broker, "w1", {})
+    w0.start()
+    w1.start()
+    _feed(broker, range(100))
+    _steps(w0, w1)
+    broker.kill_clients("w1")
+    w1.close()
+    broker.instances["g"].discard("w1")  # gone from the group; the rebalance not yet begun
+    warmth = w0._warmth
+    warmth._view.refresh()
+    warmth.tick(frozenset(w0.stores), None)
+    broker.rebalance()
+    _feed(broker, range(100, 150))
+    _steps(w0, turns=8)
+    assert sorted(w0.stores) == [0, 1, 2, 3]
+    assert [cast(Counted, stores0[shard]).closes for shard in range(4)] == [0, 0, 0, 0]
+    keys = Counter(message.key() for message in broker.committed_records("out"))
+    assert len(keys) == 150 and max(keys.values()) == 1
+    w0.close()
+
+
 def test_a_joining_worker_warms_its_shards_before_it_joins() -> None:
     broker = MemoryKafka()
     broker.range_assignor = True
@@ -147,6 +225,7 @@ def test_a_joining_worker_warms_its_shards_before_it_joins() -> None:
     _feed(broker, range(100, 150))
     _steps(w0, w1)
     assert sorted(w1.stores) == [2, 3] and w1.counters.recovered_records == recovered
+    assert [cast(Counted, stores1[shard]).closes for shard in (2, 3)] == [0, 0]  # taken as warmed
     keys = Counter(message.key() for message in broker.committed_records("out"))
     assert len(keys) == 150 and max(keys.values()) == 1
     w0.close()
