@@ -276,13 +276,18 @@ class Gatherer:
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
         """A page waits for its replies (and its horizon): its head as state, the input record sent
-        along kept in memory. Committed before any of its probes was answered, it precedes its replies."""
+        along kept in memory. Committed before any of its probes was answered, it precedes its replies.
+
+        The queue is looked at again (a page covered already is decided now): the progress that
+        covers it may have been given here directly before it arrived (:mod:`.relay`, by a worker
+        none of whose shards it was probed in, so no reply of them followed it as a record), and
+        then no other record would come to decide it, a draining stage's last page above all."""
         head = record.fields()
         source = source_of(head)
         if record.carried:
             self._pages.put(source, record.carried)
         self._arrive(state, message.key() or b"", record.head, head["tables"], source)
-        return []
+        return self._take(message.partition() or 0, [], False, state)
 
     def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
         """A page routed here whose gather shard is owned here waits there at once (the local path):
