@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import sys
 import tempfile
@@ -79,7 +80,7 @@ def build_changelog(kafka: KafkaConfig, stage: str, values: list[bytes], source:
 def plain_read(kafka: KafkaConfig, changelog: str, fetch: dict[str, int]) -> dict[str, float]:
     """One read_committed consumer, every partition from the beginning to its end."""
     consumer = Consumer(kafka.consumer(h.fresh_name("plain"), **{"enable.partition.eof": True, **fetch}))
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _cpu_s()
     consumer.assign([TopicPartition(changelog, p, OFFSET_BEGINNING) for p in range(SHARDS)])
     open_partitions, records, size = set(range(SHARDS)), 0, 0
     try:
@@ -91,10 +92,10 @@ def plain_read(kafka: KafkaConfig, changelog: str, fetch: dict[str, int]) -> dic
                     size += len(message.key() or b"") + len(message.value() or b"")
                 elif error.code() == KafkaError._PARTITION_EOF:
                     open_partitions.discard(message.partition())
-        seconds = time.perf_counter() - began
+        seconds, cpu = time.perf_counter() - began, _cpu_s() - cpu
     finally:
         consumer.close()
-    return {"records": records, "bytes": size, "seconds": seconds}
+    return {"records": records, "bytes": size, "seconds": seconds, "cpu_s": round(cpu, 2)}
 
 
 def restore(kafka: KafkaConfig, stage: str, changelog: str, directory: Path) -> dict[str, float]:
@@ -106,16 +107,23 @@ def restore(kafka: KafkaConfig, stage: str, changelog: str, directory: Path) -> 
     runtime = config.load(config.RuntimeSettings, "runtime")
     opener = ShardOpener(spec.build(settings, runtime).store().open, directory, SHARDS,
                          runtime.rocksdb_block_cache_mb, runtime.rocksdb_memtable_mb)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), _cpu_s()
     cold = restore_cold(kafka, opener, range(SHARDS), changelog, processes_for(runtime.restore_processes))
     stores = {shard: opener(shard) for shard in range(SHARDS)}
     try:
         tail = recover(kafka, stores, changelog)
-        seconds = time.perf_counter() - began
+        seconds, cpu = time.perf_counter() - began, _cpu_s() - cpu
     finally:
         close_all(stores.values())
-    return {"records": cold.total + tail.total, "seconds": seconds,
+    return {"records": cold.total + tail.total, "seconds": seconds, "cpu_s": round(cpu, 2),
             "processes": len({shard for shard in cold.records}) and processes_for(runtime.restore_processes)}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process (every thread: librdkafka's, RocksDB's) and of its children that
+    have ended (the restore's processes, once joined)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _rates(found: dict[str, float], size: float) -> dict[str, float]:
@@ -141,7 +149,8 @@ def _results(command: str, stage: str, rounds: list[dict[str, Any]], size: float
 def _report(results: dict[str, Any]) -> str:
     rows = [f"| {number + 1} | " + " | ".join(f"{each[kind]['records_per_s']:,} ({each[kind]['s_per_gb']})"
                                               for kind in ("plain", "plain_restore_fetches", "restore"))
-            + f" | {each['ratio']} |" for number, each in enumerate(results["rounds"])]
+            + f" | {each['ratio']} | {each['plain']['cpu_s']}, {each['restore']['cpu_s']} |"
+            for number, each in enumerate(results["rounds"])]
     return "\n".join([
         "# Restore from an empty state directory, beside a plain consumer",
         "",
@@ -155,10 +164,11 @@ def _report(results: dict[str, Any]) -> str:
         "librdkafka's fetch defaults; with the restore's fetches: the same consumer with the restore "
         "consumers' fetch and prefetch settings; restore: the worker's restore into the stage's stores "
         "(processes, then the tail), until every shard is at its changelog's end. Ratio: restore / plain, "
-        "per round.",
+        "per round. CPU s: what each used of the machine's CPU, every thread and process of it (not the "
+        "broker's): a share of the cores that does not depend on the load, where the rates do.",
         "",
-        "| round | plain consumer | plain, restore's fetches | restore | ratio |",
-        "|---:|---:|---:|---:|---:|",
+        "| round | plain consumer | plain, restore's fetches | restore | ratio | CPU s: plain, restore |",
+        "|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         f"Best: restore {results['best_restore_records_per_s']:,} records/s, plain "

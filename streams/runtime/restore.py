@@ -2,9 +2,9 @@
 
 Rebuilding a shard from nothing is the one time a worker reads a whole changelog partition: a new
 worker, a lost disk, a worker that never held the shard and keeps no standby of it. Replaying is
-CPU work in Python for every record (the message, its key and value, a RocksDB write, for the URL
-stage a Bloom filter insert), about twice what a plain consumer spends reading it, so one process
-replays at about half the rate the broker serves. Shards are independent (store *i* reads only
+CPU work for every record (the message, its key and value, a RocksDB write and its share of a
+memtable flush, for the URL stage a Bloom filter insert), three to four times what a plain
+consumer spends reading it (docs/restore.md has the costs). Shards are independent (store *i* reads only
 changelog partition *i*), so the cold shards of an assignment are split over
 ``[runtime] restore_processes`` processes (default: one per CPU), each opening its shards' stores
 itself (RocksDB's lock lets one process open a store), replaying them with the same
