@@ -2,17 +2,23 @@
 
 Rebuilding a shard from nothing is the one time a worker reads a whole changelog partition: a new
 worker, a lost disk, a worker that never held the shard and keeps no standby of it. Replaying is
-CPU work in Python for every record (the message, its key and value, a RocksDB write, for the URL
-stage a Bloom filter insert), about twice what a plain consumer spends reading it, so one process
-replays at about half the rate the broker serves. Shards are independent (store *i* reads only
+CPU work for every record (the message, its key and value, a RocksDB write and its share of a
+memtable flush, for the URL stage a Bloom filter insert), three to four times what a plain
+consumer spends reading it (docs/restore.md has the costs). Shards are independent (store *i* reads only
 changelog partition *i*), so the cold shards of an assignment are split over
 ``[runtime] restore_processes`` processes (default: one per CPU), each opening its shards' stores
 itself (RocksDB's lock lets one process open a store), replaying them with the same
 :func:`~streams.runtime.recovery.recover`, and closing them (the URL stage's store writes its Bloom
 filter's snapshot, so the worker opens it without a rebuild); then the worker opens them and
 replays the little tail written meanwhile. Kafka Streams restores with one restore consumer per
-stream thread; RocksDB's own bulk load (SST ingestion) needs keys sorted, which a changelog's are
-not, and would still leave the per-record Python work.
+stream thread.
+
+A restore process writes its stores and reads nothing from them, so it opens them for loading in
+bulk (:func:`~streams.runtime.rocks_tables.load_in_bulk`: a vector memtable, sorted once when it is
+flushed, in place of the hash memtable a worker reads through, whose flush alone cost more than
+reading the changelog). RocksDB's other bulk load, SST files written in key order and ingested,
+would need each chunk sorted in Python first, and its files would overlap one another as the
+memtable's do; docs/restore.md has the measurements.
 
 Only shards whose store directory does not exist are restored this way, and only when their
 changelogs hold at least :data:`PARALLEL_MIN_OFFSETS` offsets in all: starting a process (a new
@@ -40,6 +46,7 @@ from typing import Any, Final
 from confluent_kafka import Consumer, TopicPartition
 
 from streams.errors import RuntimeFailure
+from streams.runtime import rocks_tables
 from streams.runtime.cores import this_process_cores
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.recovery import RecoveryResult, RecoveryWatcher, recover, watermarks
@@ -201,6 +208,7 @@ def restore_process(send: Connection, kafka: KafkaConfig, opener: ShardOpener, s
                     topic: str) -> None:
     """One restore process: open ``shards``, replay their changelogs, close them, say how it went."""
     tune_garbage_collector()
+    rocks_tables.load_in_bulk()
     try:
         stores = {shard: opener(shard) for shard in shards}
         try:

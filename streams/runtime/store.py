@@ -208,6 +208,7 @@ class RocksStore:
             rocks_tables.release_freed_heap()
         os.chmod(path, 0o700)
         self._check_format()
+        self._offset = _decode_offset(self.get_meta(CHANGELOG_OFFSET))
 
     def _check_format(self) -> None:
         found = self.get_meta(FORMAT_VERSION_KEY)
@@ -235,9 +236,13 @@ class RocksStore:
             batch.put(META_PREFIX + CHANGELOG_OFFSET.encode(), str(changelog_offset).encode())
         with disk_errors(self._path):  # a memtable flush that failed fails the writes after it
             self._db.write(batch)
+        if changelog_offset is not None:
+            self._offset = changelog_offset
 
     def changelog_offset(self) -> int | None:
-        return _decode_offset(self.get_meta(CHANGELOG_OFFSET))
+        """Kept in memory from the store's opening and its writes (it is read once per batch, and a
+        store loaded in bulk must not be read: :func:`~streams.runtime.rocks_tables.load_in_bulk`)."""
+        return self._offset
 
     def get_meta(self, name: str) -> bytes | None:
         value: bytes | None = self._db.get(META_PREFIX + name.encode())
@@ -246,6 +251,8 @@ class RocksStore:
     def set_meta(self, name: str, value: bytes) -> None:
         with disk_errors(self._path):
             self._db.put(META_PREFIX + name.encode(), value)
+        if name == CHANGELOG_OFFSET:
+            self._offset = _decode_offset(value)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Data keys in order (not the hot path: migrations, rebuilding a Bloom filter, tests)."""

@@ -147,6 +147,33 @@ def test_memory_and_rocks_agree(tmp_path_factory: pytest.TempPathFactory,
     rocks.close()
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.dictionaries(st.binary(max_size=8), st.one_of(st.none(), st.binary(max_size=8)),
+                                max_size=30), max_size=8), st.sampled_from([None, 1, 3]))
+def test_a_store_loaded_in_bulk_holds_what_one_loaded_normally_holds(
+        tmp_path_factory: pytest.TempPathFactory, batches: list[dict[bytes, bytes | None]],
+        plain_prefix: int | None) -> None:
+    """A restore process's stores (rocks_tables.load_in_bulk: a vector memtable, never read while
+    loading) are, once closed and opened as a worker opens them, what the same writes make of a
+    store opened normally: keys, deletes, changelog offset."""
+    stores = []
+    for bulk in (False, True):
+        path = tmp_path_factory.mktemp("bulk") / "s"
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(rocks_tables, "_bulk_load", bulk)
+            loaded = RocksStore(path, plain_table_prefix_bytes=plain_prefix)
+            for offset, writes in enumerate(batches):
+                loaded.apply(writes, offset)
+            assert loaded.changelog_offset() == (len(batches) - 1 if batches else None)
+            loaded.close()
+        stores.append(RocksStore(path, plain_table_prefix_bytes=plain_prefix))
+    normal, bulk_loaded = stores
+    assert list(bulk_loaded.items()) == list(normal.items())
+    assert bulk_loaded.changelog_offset() == normal.changelog_offset()
+    for store in stores:
+        store.close()
+
+
 @pytest.mark.parametrize(("first", "then"), [(None, 6), (6, None), (6, 2)])
 def test_a_store_in_the_other_table_format_is_converted(tmp_path: Path, first: int | None,
                                                         then: int | None) -> None:

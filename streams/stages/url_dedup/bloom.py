@@ -41,6 +41,8 @@ _LENGTH: Final = struct.Struct(">Q")
 _CHUNK_BYTES: Final = 1 << 20
 WORD_BITS: Final = 64
 MAX_HASH_COUNT: Final = 64
+BATCH_MIN_KEYS: Final = 256  # add_all: under this, numpy's cost per call is more than it saves
+_BATCH_MAX_BITS: Final = 1 << 62  # add_all's unsigned 64-bit probes stay exact under this
 
 BLOOM_MAGIC: Final = b"UBLF"
 SCALABLE_MAGIC: Final = b"USBF"
@@ -165,6 +167,24 @@ class BloomFilter:
             self._count_items += 1
             return False
         return True
+
+    def add_all(self, fps: list[bytes]) -> None:
+        """:meth:`add` for each fingerprint, in order, without the answers: from
+        :data:`BATCH_MIN_KEYS` keys on, all at once with numpy (:mod:`~streams.stages.url_dedup.bloom_batch`,
+        the same bits and counts), for a changelog's chunks and a worker's batches."""
+        joined = b"".join(fps)
+        if (len(fps) < BATCH_MIN_KEYS or len(joined) != _WORDS.size * len(fps)
+                or self._size_bits > _BATCH_MAX_BITS):
+            add = self.add
+            for fp in fps:
+                add(fp)
+            return
+        from streams.stages.url_dedup import bloom_batch
+
+        found = bloom_batch.probes(joined, self._size_bits, self._word_mod, self._hash_count)
+        new_bits, new_keys = bloom_batch.add_probes(self._bits, found)
+        self._set_bits += new_bits
+        self._count_items += new_keys
 
     def add_many(self, fps: Iterable[bytes]) -> list[bool]:
         """:meth:`add` for each fingerprint, in order."""

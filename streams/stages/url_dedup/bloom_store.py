@@ -53,6 +53,7 @@ REMOVED_META: Final = "bloom_removed"  # keys deleted since the snapshot's filte
 STALE_SHARE: Final = 10  # rebuild once the deleted keys are a tenth of those the filter took in
 _OFFSET: Final = struct.Struct(">q")  # the changelog offset a snapshot covers; -1 for none
 KEY_BYTES: Final = 16  # fingerprints; other keys are metadata, kept exactly
+REBUILD_CHUNK: Final = 20_000  # keys added to a filter rebuilt from the store at once
 
 
 def _write_snapshot(path: Path, offset: int | None, payload: bytes) -> None:
@@ -115,9 +116,14 @@ class BloomFrontStore:
 
     def _rebuild(self, capacity_items: int, false_positive_rate: float) -> BloomFilter:
         bloom = BloomFilter(capacity_items, false_positive_rate)
+        chunk: list[bytes] = []
         for key, _ in self._inner.items():
             if len(key) == KEY_BYTES:
-                bloom.add(key)
+                chunk.append(key)
+                if len(chunk) >= REBUILD_CHUNK:
+                    bloom.add_all(chunk)
+                    chunk = []
+        bloom.add_all(chunk)
         return bloom
 
     def get(self, key: bytes) -> bytes | None:
@@ -134,16 +140,17 @@ class BloomFrontStore:
 
     def apply(self, writes: Mapping[bytes, bytes | None], changelog_offset: int | None) -> None:
         self._inner.apply(writes, changelog_offset)
-        add = self.bloom.add
+        added: list[bytes] = []
         removed = 0
         for key, value in writes.items():
             if len(key) == KEY_BYTES:
                 if value is not None:
-                    add(key)
+                    added.append(key)
                 else:
                     removed += 1
             else:
                 self._meta[key] = value
+        self.bloom.add_all(added)
         if removed or self.removed:
             self.removed += removed
             self.rebuild_if_stale()

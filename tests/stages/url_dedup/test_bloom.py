@@ -144,6 +144,25 @@ def test_add_many_and_contains_many_match_one_at_a_time() -> None:
     assert many.contains_many(probe) == [key in one for key in probe]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 1500), st.integers(0, 600),
+       st.sampled_from([64, 640, 64 * 1000]), st.integers(1, 12))
+def test_adding_all_at_once_is_adding_one_at_a_time(seed: int, count: int, repeats: int, size_bits: int,
+                                                     hash_count: int) -> None:
+    """add_all (numpy from BATCH_MIN_KEYS keys on) sets the same bits and counts the same new keys
+    as add, in order, however full the filter, whatever the keys repeat in one chunk."""
+    keys = random_fingerprints(seed, count)
+    keys += random.Random(seed).choices(keys, k=repeats) if keys else []
+    one, all_at_once = (BloomFilter.from_size(size_bits, hash_count) for _ in range(2))
+    for start in range(0, len(keys), 700):
+        for key in keys[start:start + 700]:
+            one.add(key)
+        all_at_once.add_all(keys[start:start + 700])
+    assert (all_at_once.count_items, all_at_once.set_bits) == (one.count_items, one.set_bits)
+    assert all_at_once.to_bytes() == one.to_bytes()
+    assert all_at_once.set_bits == all_at_once.recount_set_bits()
+
+
 @pytest.mark.parametrize("high", [0, 1, 2**63, 2**64 - 1])
 @pytest.mark.parametrize("low", [0, 1, 2**64 - 1, 64 * 997, 1024])
 def test_double_hashing_probes_k_distinct_bits_even_for_degenerate_halves(high: int, low: int) -> None:
