@@ -21,12 +21,13 @@ Not compiled (``setup.py``): numpy does the work, per chunk, not per key.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-U64 = npt.NDArray[np.uint64]
+# Declared an alias: the compiled build type-checks without numpy installed (numpy is then Any).
+U64: TypeAlias = npt.NDArray[np.uint64]
 
 
 def probes(fingerprints: bytes, size_bits: int, word_mod: int, hash_count: int) -> U64:
