@@ -39,7 +39,7 @@ from streams import records
 from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.counters import Counters
-from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare, nothing_to_start, settled
+from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare, settled
 from streams.runtime.message import InputReader
 from streams.runtime.routing import RoutingMemory
 from streams.runtime.schedule import EachTransaction, Punctuators, Timed
@@ -66,7 +66,6 @@ class Services:
     flow: FlowFactory = DirectFlow
     prepare: Prepare = len  # offline: take every record
     ready_for_input: Callable[[], bool] = _ready
-    start_input: Callable[[], None] = nothing_to_start
     revoked: list[Callable[[Sequence[int]], None]] = field(default_factory=list)
     _routing_asked: bool = False
 
@@ -123,16 +122,12 @@ class StageContext:
         self.services.punctuators.every(interval_s, callback)
 
     def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready,
-                      settle: Callable[[], None] = settled,
-                      start: Callable[[], None] = nothing_to_start) -> None:
+                      settle: Callable[[], None] = settled) -> None:
         """``prepare(records)``: a batch's input records before they are routed; it returns how many,
         the first ones, to route in the next batch; the others wait until ``ready_for_input()``.
         ``settle()``: wait until the records prepared last are ready to route (called before the
-        next batch is consumed, :meth:`streams.runtime.inflow.InputFlow.resume_if_ready`).
-        ``start()``: begin what preparing needs, without waiting for it (the engine calls it as the
-        worker begins to join its group, so that a worker that says it is ready is)."""
+        next batch is consumed, :meth:`streams.runtime.inflow.InputFlow.resume_if_ready`)."""
         self.services.prepare, self.services.ready_for_input = prepare, ready_for_input
-        self.services.start_input = start
         self.services.flow = partial(InputFlow, prepare, ready_for_input, settle=settle)
 
     def on_revoked(self, callback: Callable[[Sequence[int]], None]) -> None:

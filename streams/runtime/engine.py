@@ -181,7 +181,6 @@ class Engine:
         self._positions = services.punctuators.tracker(self._consumer, self._inputs,
                                                        settings.transaction_timeout_s, self._cut)
         self._flow = services.flow(self._consumer, self._inputs, self.counters)
-        self._start_input = services.start_input
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -228,9 +227,8 @@ class Engine:
         self._join()
 
     def _join(self) -> None:
-        """Fence this worker's predecessor, start what preparing its input needs (the page stage's
-        analysis processes), warm the shards it will own (:mod:`streams.runtime.warmth`), then
-        subscribe; its own transactions are initialised at its first assignment.
+        """Fence this worker's predecessor, warm the shards it will own (:mod:`streams.runtime.warmth`),
+        then subscribe; its own transactions are initialised at its first assignment.
 
         The predecessor is fenced at once, by a producer used for nothing else: what it left open is
         aborted before the warm-up, which may be long, and readers of what it wrote do not wait for it.
@@ -240,7 +238,6 @@ class Engine:
         the range assignor's eager rebalance completes before the one that lets it in; and librdkafka
         initialises a producer once."""
         self._commit.init_transactions(self._clients.producer(self._producer_config))
-        self._start_input()  # in the background, beside the warm-up
         self.lifecycle.warming()
         self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)
         self._subscribe()

@@ -50,10 +50,6 @@ def settled() -> None:
     """The default ``settle``: nothing is prepared in the background, so nothing to wait for."""
 
 
-def nothing_to_start() -> None:
-    """The default ``start``: preparing needs nothing started ahead of the first batch."""
-
-
 class Flow(Protocol):
     """How a batch's input records reach the stage's ``route`` step."""
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,35 +57,19 @@ class Intake:
         self._pending_places: set[Place] = set()
         self._processes = processes
         self._pool: ProcessMap | None = None
-        self._starting: threading.Thread | None = None
 
     @property
     def processes(self) -> int:
         return self._processes
 
-    def start(self) -> None:
-        """Start the analysis processes now, in the background (a worker beginning to join its
-        group). Starting them takes a second or two (a fork server importing the analysis, then
-        its children); started by the first batch of two pages instead, that batch and every page
-        behind it waited that long, a worker's first seconds of verdicts two seconds late."""
-        if self._processes > 0 and self._pool is None and self._starting is None:
-            self._starting = threading.Thread(target=self._start_pool, name="analysis-start", daemon=True)
-            self._starting.start()
-
     def _children(self) -> ProcessMap:
-        """The analysis processes: started by :meth:`start`, else with the first batch they get (a
-        stage built and never given two pages at once, as in most tests and a line-at-a-time
-        offline run, starts none)."""
-        if self._starting is not None:
-            self._starting.join()
-            self._starting = None
-        return self._pool or self._start_pool()
-
-    def _start_pool(self) -> ProcessMap:
-        settings = self._settings
-        analysis = {each.name: getattr(settings, each.name) for each in dataclasses.fields(PageSettings)}
-        context = orjson.dumps({"settings": analysis, "max_record_bytes": self._max_record_bytes})
-        self._pool = ProcessMap(f"{__name__}:analyze_value", context, self._processes)
+        """The analysis processes, started with the first batch they get (a stage built and never
+        given two pages at once, as in most tests and a line-at-a-time offline run, starts none)."""
+        if self._pool is None:
+            settings = self._settings
+            analysis = {each.name: getattr(settings, each.name) for each in dataclasses.fields(PageSettings)}
+            context = orjson.dumps({"settings": analysis, "max_record_bytes": self._max_record_bytes})
+            self._pool = ProcessMap(f"{__name__}:analyze_value", context, self._processes)
         return self._pool
 
     def prepare(self, messages: Sequence[Message]) -> int:

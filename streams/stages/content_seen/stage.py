@@ -156,8 +156,7 @@ class ContentSeenStage:
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober,
                         self.max_record_bytes, last_verdicts, self.settings.payload_digests)
-        context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle,
-                              self._intake.start)
+        context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
         context.on_revoked(self.revoked)
         return Processors(route=router.route, shards={

@@ -84,19 +84,3 @@ def test_a_setting_neither_auto_nor_a_count_is_refused() -> None:
     with pytest.raises(ConfigError, match="ANALYSIS_PROCESSES: cannot read 'many' as int or 'auto'"):
         config.load(ContentSeenSettings, "content_seen",
                     environ={"STREAMS_CONTENT_SEEN_ANALYSIS_PROCESSES": "many"})
-
-
-def test_a_worker_starts_its_analysis_processes_before_its_first_batch() -> None:
-    """``start`` (the engine calls it as a worker begins to join) starts them in the background,
-    once; the first batch of two pages finds them running. With none to run, nothing starts."""
-    intake = ContentSeenStage(ContentSeenSettings(analysis_processes=1))._intake
-    intake.start()
-    intake.start()
-    pool = intake._children()
-    try:
-        assert intake._children() is pool
-    finally:
-        pool.close()
-    alone = ContentSeenStage(ContentSeenSettings(analysis_processes=0))._intake
-    alone.start()
-    assert alone._starting is None and alone._pool is None
