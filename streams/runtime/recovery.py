@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -27,6 +27,7 @@ from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.store import PartitionStore
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Partition states a broker passes through after a restart or a leader election.
 _TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
@@ -182,20 +183,10 @@ def watermarks(consumer: Consumer, partition: TopicPartition, timeout_s: float =
     ``LEADER_NOT_AVAILABLE`` for a moment; failing there killed the worker on its way up (seen in
     the SIGKILL test, 1 run in about 10).
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(partition, timeout=10)
-            return low, high
-        except KafkaException as error:
-            kafka_error: KafkaError = error.args[0]
-            if not kafka_error.retriable() and kafka_error.code() not in _TRANSIENT:
-                raise
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"changelog {partition.topic}[{partition.partition}] has no "
-                                     f"leader after {timeout_s:.0f} s: {kafka_error}") from error
-            log.warning("changelog %s[%d]: %s; retrying", partition.topic, partition.partition, kafka_error)
-            time.sleep(0.5)
+    what = f"changelog {partition.topic}[{partition.partition}]"
+    low, high = _retried(lambda: consumer.get_watermark_offsets(partition, timeout=10), _TRANSIENT,
+                         what, "has no leader", timeout_s)
+    return low, high
 
 
 def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
@@ -207,20 +198,28 @@ def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
     error there leaves ``consume`` and stopped the worker: seen on a loaded broker, whose
     coordinator answered ``NOT_COORDINATOR`` for a moment.
     """
+    found: list[TopicPartition] = _retried(lambda: consumer.committed(partitions, timeout=10),
+                                           _TRANSIENT | _COORDINATOR,
+                                           f"committed offsets of {partitions[0].topic}", "not answered",
+                                           timeout_s)
+    return found
+
+
+def _retried(call: Callable[[], _T], transient: frozenset[int], what: str, failing: str,
+             timeout_s: float) -> _T:
+    """``call()``, asked again every half second while it fails with a retriable error or one of
+    ``transient``, for up to ``timeout_s``; any other error is raised at once."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            found: list[TopicPartition] = consumer.committed(partitions, timeout=10)
-            return found
+            return call()
         except KafkaException as error:
             kafka_error: KafkaError = error.args[0]
-            code = kafka_error.code()
-            if not kafka_error.retriable() and code not in _TRANSIENT and code not in _COORDINATOR:
+            if not kafka_error.retriable() and kafka_error.code() not in transient:
                 raise
             if time.monotonic() > deadline:
-                raise RuntimeFailure(f"no committed offsets for {partitions[0].topic} after "
-                                     f"{timeout_s:.0f} s: {kafka_error}") from error
-            log.warning("committed offsets of %s: %s; retrying", partitions[0].topic, kafka_error)
+                raise RuntimeFailure(f"{what} {failing} after {timeout_s:.0f} s: {kafka_error}") from error
+            log.warning("%s: %s; retrying", what, kafka_error)
             time.sleep(0.5)
 
 
