@@ -172,9 +172,9 @@ class BloomFilter:
         """:meth:`add` for each fingerprint, in order, without the answers: from
         :data:`BATCH_MIN_KEYS` keys on, all at once with numpy (:mod:`~streams.stages.url_dedup.bloom_batch`,
         the same bits and counts), for a changelog's chunks and a worker's batches."""
-        joined = b"".join(fps)
-        if (len(fps) < BATCH_MIN_KEYS or len(joined) != _WORDS.size * len(fps)
-                or self._size_bits > _BATCH_MAX_BITS):
+        batched = len(fps) >= BATCH_MIN_KEYS and self._size_bits <= _BATCH_MAX_BITS
+        joined = b"".join(fps) if batched else b""  # a worker's small batches are not joined for nothing
+        if not joined or len(joined) != _WORDS.size * len(fps):
             add = self.add
             for fp in fps:
                 add(fp)
