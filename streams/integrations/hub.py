@@ -28,7 +28,7 @@ from twisted.python.failure import Failure
 
 from streams.integrations.lifecycle import Lifecycle
 from streams.integrations.lineage import HELD_META, LOCAL_META, PARENT_META, TAKEN_META, Held, Taken, lineage
-from streams.integrations.offsets import Offsets
+from streams.integrations.offsets import Offsets, committed_at_assignment
 from streams.integrations.pacing import Pacing
 from streams.integrations.pausing import Pausing
 from streams.integrations.refetches import REVISIT_META, Refetches
@@ -83,7 +83,7 @@ class Hub:
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("crawl-dedup: reading new-urls partitions %s in group %s",
                  sorted(tp.partition for tp in partitions), self.settings.group)
-        self.offsets.assigned_at(consumer.committed(partitions, timeout=30))
+        self.offsets.assigned_at(committed_at_assignment(consumer, partitions))
         for tp in partitions:
             self.generation[tp.partition] = self.generation.get(tp.partition, 0) + 1
             self.queued[tp.partition] = set()

@@ -15,9 +15,25 @@ them. No Scrapy here: ``tests/integrations/test_scrapy_unit.py`` drives it alone
 
 from __future__ import annotations
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 METADATA_BYTES = 3800  # the broker's offset.metadata.max.bytes is 4,096 by default
+
+
+def committed_at_assignment(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    """The group's committed offsets of partitions just assigned, asked in the assignment callback.
+
+    An assignment can still arrive while the consumer closes (a rebalance under way when the spider
+    finished): librdkafka then answers ``_DESTROY``, and ``close()`` raised that from the callback as a
+    bare ``KafkaError``, no ``Exception``, so the spider's close failed (seen once in CI). A closing
+    consumer reads nothing more: the partitions are taken as not assigned."""
+    try:
+        found: list[TopicPartition] = consumer.committed(partitions, timeout=30)
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError._DESTROY:
+            raise
+        return []
+    return found
 
 
 class Offsets:

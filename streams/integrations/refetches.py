@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from scrapy import Request
 from scrapy.crawler import Crawler
 
-from streams.integrations.offsets import Offsets
+from streams.integrations.offsets import Offsets, committed_at_assignment
 from streams.integrations.revisits import RevisitSchedule
 from streams.integrations.settings import CrawlSettings
 
@@ -40,7 +40,7 @@ class Refetches:
                               on_lost=self._revoked)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.offsets.assigned_at(consumer.committed(partitions, timeout=30))
+        self.offsets.assigned_at(committed_at_assignment(consumer, partitions))
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}

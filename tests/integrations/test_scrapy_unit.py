@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 import orjson
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 
-from streams.integrations.offsets import Offsets
+from streams.integrations.offsets import Offsets, committed_at_assignment
 from streams.integrations.pacing import Measure
 from streams.integrations.verdicts import ABANDONED, Verdicts
 
@@ -99,6 +101,26 @@ def test_holds_before_the_offsets_own_work_and_skips_and_releases() -> None:
     offsets.hold(0, 2)
     offsets.release(0, set())  # the partition goes: in flight here counts done, its holds forgotten
     assert _commit(offsets) == (3, "")
+
+
+class _Committing:
+    """A consumer whose ``committed`` answers ``found`` or raises a KafkaException of that code."""
+
+    def __init__(self, found: list[TopicPartition] | int) -> None:
+        self.found = found
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if isinstance(self.found, int):
+            raise KafkaException(KafkaError(self.found))
+        return self.found
+
+
+def test_an_assignment_while_closing_reads_nothing_and_other_errors_still_raise() -> None:
+    at = [TopicPartition("new-urls", 0, 7)]
+    assert committed_at_assignment(_Committing(at), at) == at  # type: ignore[arg-type]
+    assert committed_at_assignment(_Committing(KafkaError._DESTROY), at) == []  # type: ignore[arg-type]
+    with pytest.raises(KafkaException):
+        committed_at_assignment(_Committing(KafkaError._TIMED_OUT), at)  # type: ignore[arg-type]
 
 
 class _Message:
