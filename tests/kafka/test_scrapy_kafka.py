@@ -25,6 +25,7 @@ from testing import scrapy_site
 from testing.scrapy import (
     APP,
     finish,
+    finish_all,
     read_items,
     stage_settings,
     start_scrapy,
@@ -56,8 +57,7 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
         with scrapy_site.SiteServer(site, delay_s=0.5) as server:
             crawlers = [start_scrapy(server.proxy, items[n], tmp_path / f"scrapy{n}.log",
                                      [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env) for n in range(2)]
-            for number, crawler in enumerate(crawlers):
-                finish(crawler, tmp_path / f"scrapy{number}.log", timeout_s=300)
+            finish_all([(crawler, tmp_path / f"scrapy{n}.log") for n, crawler in enumerate(crawlers)])
             fetched = server.fetches()
     finally:
         _stop(stages)
@@ -112,8 +112,7 @@ def test_killing_a_scrapy_process_and_a_stage_worker_loses_no_url(kafka: KafkaCo
             killed_at = len(server.log)
             stages["url-dedup"] = start_stage(kafka, prefix, "url-dedup", tmp_path / "url-dedup")
             crawlers.append(crawler(2, victim))  # its place back, at once
-            for number in (1 - victim, 2):
-                finish(crawlers[number], tmp_path / f"scrapy{number}.log", timeout_s=300)
+            finish_all([(crawlers[number], tmp_path / f"scrapy{number}.log") for number in (1 - victim, 2)])
             fetched, log, who = server.fetches(), list(server.log), list(server.crawlers)
     finally:
         _stop(list(stages.values()))
@@ -149,8 +148,8 @@ def test_a_second_crawl_fetches_again_only_what_revisit_scheduled(kafka: KafkaCo
                                          tmp_path / f"scrapy{round_number}{n}.log",
                                          [*settings, f"CRAWL_DEDUP_REVISIT_AHEAD_S={ahead}"], env)
                             for n in range(2)]
-                for number, crawler in enumerate(crawlers):
-                    finish(crawler, tmp_path / f"scrapy{round_number}{number}.log", timeout_s=300)
+                finish_all([(crawler, tmp_path / f"scrapy{round_number}{number}.log")
+                            for number, crawler in enumerate(crawlers)])
                 if round_number == 0:
                     first = server.fetches()
                     server.next_version()
