@@ -14,7 +14,8 @@ State keys of a gather shard (besides the block tables, :mod:`streams.stages.con
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
-  shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`).
+  shard's progress, the log ends); ``meta:queue``: the queue's bounds (:class:`Queue`);
+  ``meta:horizons``: how far along the queue horizons are taken (:func:`_take_horizons`).
 
 A page is decided when the front of the queue reaches it and its horizon is covered
 (:mod:`streams.stages.content_seen.horizon`), by the processor of the progress or drain record that
@@ -71,6 +72,7 @@ log = logging.getLogger(__name__)
 
 GATHER_KEY = b"meta:gather"
 QUEUE_KEY = b"meta:queue"
+HORIZONS_KEY = b"meta:horizons"  # the first queue entry whose horizon may not be taken yet
 _NUMBER = struct.Struct(">Q")
 _OWN, _TAKEN = b"o", b"h"  # a queue entry holds the page's own offset, or its horizon
 DECISIONS_PER_RECORD: Final = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
@@ -168,20 +170,16 @@ def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tu
         queue.draining = False  # this was the drain record on its way
     found: list[bytes] = []
     coverage = view.coverage(shard_count)
+    if coverage is not None:
+        _take_horizons(state, queue, view, coverage)
     while coverage is not None and queue.head < queue.tail and len(found) < limit:
         key = queue_key(queue.head)
         entry = state.get(key)
         if entry is None:
             raise RecordRejected("invalid_shard_record", f"queue entry {queue.head} missing")
         order, taken = entry[:ORDER_BYTES], entry[ORDER_BYTES:ORDER_BYTES + 1]
-        wanted = decode_horizon(entry[ORDER_BYTES + 1:])
-        if not covered(wanted, coverage):
+        if taken == _OWN or not covered(decode_horizon(entry[ORDER_BYTES + 1:]), coverage):
             break
-        if taken == _OWN:  # its own probes are answered: now its horizon can be taken, once
-            wanted = view.horizon(wanted)
-            state.set(key, order + _TAKEN + encode_horizon(wanted))
-            if not covered(wanted, coverage):
-                break
         found.append(order)
         state.delete(key)
         queue.head += 1
@@ -191,6 +189,36 @@ def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tu
     if changed:
         state.set(QUEUE_KEY, queue.encode())
     return found, drain
+
+
+def _take_horizons(state: BatchState, queue: Queue, view: GatherView,
+                   coverage: Mapping[InputId, int]) -> None:
+    """Take the horizon of each queued page whose own probes are answered (its own offset covered),
+    in queue order from the first page without one, up to the first page whose own probes are not.
+
+    Not only the front's: a page whose horizon was taken only once it reached the front took the
+    log ends known then, which had moved on with the input while the pages before it waited, so
+    each page waited for the coverage to catch up with a newer horizon than the last, a hop or two
+    each, and at a steady input the queue grew (two workers: seconds). Taken in queue order, from
+    log ends that only grow, horizons still grow along the queue, so the covered pages are still
+    the first ones (module docstring of :mod:`streams.stages.content_seen.horizon`). Where the
+    walk stopped is kept (``meta:horizons``), so each entry is read here once or twice; an entry
+    found taken already (by a version that took them at the front only) is passed over."""
+    number = max(queue.head, _NUMBER.unpack(state.get(HORIZONS_KEY) or _NUMBER.pack(0))[0])
+    start = number
+    while number < queue.tail:
+        key = queue_key(number)
+        entry = state.get(key)
+        if entry is None:
+            raise RecordRejected("invalid_shard_record", f"queue entry {number} missing")
+        if entry[ORDER_BYTES:ORDER_BYTES + 1] == _OWN:
+            own = decode_horizon(entry[ORDER_BYTES + 1:])
+            if not covered(own, coverage):
+                break
+            state.set(key, entry[:ORDER_BYTES] + _TAKEN + encode_horizon(view.horizon(own)))
+        number += 1
+    if number != start:
+        state.set(HORIZONS_KEY, _NUMBER.pack(number))
 
 
 def take(state: BatchState, order: bytes) -> Ready:
@@ -248,13 +276,18 @@ class Gatherer:
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
         """A page waits for its replies (and its horizon): its head as state, the input record sent
-        along kept in memory. Committed before any of its probes was answered, it precedes its replies."""
+        along kept in memory. Committed before any of its probes was answered, it precedes its replies.
+
+        The queue is looked at again (a page covered already is decided now): the progress that
+        covers it may have been given here directly before it arrived (:mod:`.relay`, by a worker
+        none of whose shards it was probed in, so no reply of them followed it as a record), and
+        then no other record would come to decide it, a draining stage's last page above all."""
         head = record.fields()
         source = source_of(head)
         if record.carried:
             self._pages.put(source, record.carried)
         self._arrive(state, message.key() or b"", record.head, head["tables"], source)
-        return []
+        return self._take(message.partition() or 0, [], False, state)
 
     def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
         """A page routed here whose gather shard is owned here waits there at once (the local path):

@@ -42,7 +42,9 @@ only moves forward and never waits on a verdict (pages waiting here are not coun
 worker's intake, :class:`streams.stages.content_seen.waiting.PageCache`), so every horizon is covered once the
 input it names has been routed and probed. There is no wait between pages, so nothing can cycle.
 
-Horizons are taken in queue order at one gather shard, each from the log ends known then, so they
+Horizons are taken in queue order at one gather shard, each as soon as its page's own probes are
+answered (not when the page reaches the front: by then the input had moved on, and each page
+waited a hop or two for a newer horizon than the last), each from the log ends known then, so they
 only grow along the queue and the pages whose horizons are covered are always the first ones to
 arrive: the waiting pages are a queue, and only its front is ever compared with the progress.
 """

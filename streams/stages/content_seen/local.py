@@ -17,11 +17,14 @@ against, so the writes commit or abort with the batch and the same group generat
    in table order and the pages in routing order, so its state evolves as through the topic.
 2. **Once vouched**: this worker's routing marks are merged into an owned shard's view directly
    (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
-3. **Alone**: when this worker owns every shard and every input partition, a shard's progress is
-   given to the gather shards directly and the pages whose horizons it covers are decided in the
-   same transaction (:meth:`Ownership.alone`; :mod:`streams.stages.content_seen.relay`). A page
-   that must still wait stays in its queue and is decided by the transaction whose progress
-   covers it.
+3. **Once vouched with the current token**: an owned shard's progress is given directly to each
+   gather shard owned here that has processed one of this worker's records carrying its current
+   token, and the pages whose horizons it covers are decided in the same transaction
+   (:meth:`Ownership.gathers_here`; :mod:`streams.stages.content_seen.relay`); the other gather
+   shards get it as records. A page that must still wait stays in its queue and is decided by the
+   transaction whose progress covers it. A worker that owns every shard and routes every input
+   partition is *alone* (:meth:`Ownership.alone`): then no record of any other worker can reach a
+   gather shard at all.
 
 Why this keeps the horizon argument (:mod:`streams.stages.content_seen.horizon`). That argument
 needs two orders: at a shard, a mark comes after the probes it vouches for; at a gather shard, a
@@ -42,13 +45,18 @@ shard's progress comes after the replies and notices of those probes.
   :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
   (``meta:local``, state: it commits or aborts with the transaction that processed the record,
   so an aborted transaction vouches for nothing). Until then marks go as records, as before.
-- (3) Giving a progress directly to a gather shard says "every reply and notice of the probes it
-  counts is in your state". Alone, nobody else routes pages or owns shards; the records produced
-  to the gather shard before this worker's assignment, and any reply or notice this worker sent
-  there as a record (it *taints* the token: counted in it, so the vouching records must be newer
-  than every one), precede the own record that vouched for it; and no record of another worker
-  can follow. Every partition must be vouched with the current token, and the worker must route
-  every input partition (:meth:`Ownership.inputs`). Otherwise progress goes as records, as before.
+- (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
+  "every reply and notice of the probes *s* counts is in your state". The probes *s* made while
+  this worker owns it sent their replies and notices to *g* directly, by (1), or as records,
+  and such a record *taints* the token (counted in it, so the vouching record must be newer than
+  every one); the probes *s* made before this worker's assignment, under an earlier owner, sent
+  theirs in transactions that committed before it, so they precede in *g*'s partition every
+  record this worker produced since. Both precede the record of this worker that vouched for
+  *g* with the current token. What other workers send *g* meanwhile (their pages, their shards'
+  replies and progress) speaks for their own shards only, which this progress does not vouch
+  for. Until *g* is vouched, its progress goes as a record, as before. (Until 2026-11-28 this was
+  done only by a worker alone; with two workers every page then waited one more commit and
+  fetch for its own worker's progress records.)
 
 Alone, a notice for a page not waiting at its owned gather shard is late (that page was decided:
 no :class:`PageWaits` can still be on its way), and is counted as such without a record.
@@ -147,6 +155,14 @@ class Ownership:
         found = state.get(LOCAL_KEY)
         vouched = found is not None and found[:ASSIGNMENT_BYTES] == self.token[:ASSIGNMENT_BYTES]
         return state if vouched else None
+
+    def gathers_here(self) -> frozenset[int]:
+        """The gather shards this worker may give its shards' progress directly: owned here, and
+        the last of its records each has processed carried its current token (so every reply and
+        notice it sent there as a record is in that shard's state; module docstring, (3))."""
+        token, owned = self.token, self._owned
+        return frozenset(shard for shard in range(self._count)
+                         if (state := owned.state(shard)) is not None and state.get(LOCAL_KEY) == token)
 
     def alone(self) -> bool:
         """Whether progress may be given to the gather shards directly: this worker owns every shard

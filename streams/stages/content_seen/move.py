@@ -30,7 +30,7 @@ from streams.errors import ReshardRefused, StateError
 from streams.pages.blocks import BlockDesign
 from streams.runtime.api import Placed, partition_for
 from streams.stages.content_seen.buckets import SLOT_BYTES
-from streams.stages.content_seen.gather import GATHER_KEY, QUEUE_KEY
+from streams.stages.content_seen.gather import GATHER_KEY, HORIZONS_KEY, QUEUE_KEY
 from streams.stages.content_seen.last_verdicts import PREFIX as LAST_VERDICT
 from streams.stages.content_seen.local import LOCAL_KEY
 from streams.stages.content_seen.payloads import GATHER_PREFIX, PAYLOAD_PREFIX
@@ -38,7 +38,7 @@ from streams.stages.content_seen.relay import ROUTING_KEY
 
 BUCKET, RECORD = b"t", b"s"
 WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX)  # a page's head, replies, queue entry, first capture
-STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, ROUTING_KEY, LOCAL_KEY)
+STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, HORIZONS_KEY, ROUTING_KEY, LOCAL_KEY)
 
 
 class ContentSeenMove:

@@ -8,11 +8,11 @@ probed through. Both are produced after the records they vouch for, which is the
 :mod:`streams.stages.content_seen.horizon`.
 
 On the local path (:mod:`streams.stages.content_seen.local`, which says why each step keeps that
-argument) a worker merges its marks directly into the owned shards that have vouched for it, and a
-worker alone gives the progress directly to the gather shards and decides, in the same
-transaction, the pages whose horizons it covers (at most ``DECISIONS_PER_RECORD`` a gather shard,
-:mod:`streams.stages.content_seen.gather`, the rest after a drain record, as the records' way
-does). Everything else goes as records, as above.
+argument) a worker merges its marks directly into the owned shards that have vouched for it, and
+gives its shards' progress directly to the gather shards it owns that have vouched for its
+current token, deciding, in the same transaction, the pages whose horizons that covers (at most
+``DECISIONS_PER_RECORD`` a gather shard, :mod:`streams.stages.content_seen.gather`, the rest after
+a drain record, as the records' way does). Everything else goes as records, as above.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ class Relay:
     def end_of_part(self, inputs: InputPositions | None) -> list[Emit]:
         """This worker's marks (when its positions moved): merged directly into the owned shards
         that vouched for it, sent to the others; then the progress of each shard that took a new
-        mark in this transaction: given directly to the gather shards by a worker alone, with the
-        pages it makes ready decided, else sent to every gather shard."""
+        mark in this transaction: given directly to the gather shards owned here that have
+        vouched for this worker's current token, with the pages it makes ready decided, and sent
+        to every other gather shard."""
         emits: list[Emit] = []
         shards, ownership = self._shards, self._ownership
         if inputs is not None:
@@ -79,22 +80,24 @@ class Relay:
         told = [(shard, RoutingView.decode(states[shard].get(ROUTING_KEY)))
                 for shard in sorted(self._marked) if shard in states]
         self._marked.clear()
-        if ownership.alone():
-            return emits + self._gather_here(told)
+        here = ownership.gathers_here()
         token = ownership.token
         for shard, routing in told:
-            progress = shards.frame(Progress(shard, routing, token))
-            emits += [Emit(shards.topic, progress, b"progress", to) for to in range(shards.shards)]
-        return emits
+            progress: bytes | None = None
+            for to in range(shards.shards):
+                if to not in here:
+                    progress = progress or shards.frame(Progress(shard, routing, token))
+                    emits.append(Emit(shards.topic, progress, b"progress", to))
+        return emits + self._gather_here(told, here)
 
-    def _gather_here(self, told: list[tuple[int, RoutingView]]) -> list[Emit]:
-        """The progress given to every gather shard (all owned here), and the pages it makes ready
-        decided now, each on its own (:data:`DecideHere`)."""
+    def _gather_here(self, told: list[tuple[int, RoutingView]], here: frozenset[int]) -> list[Emit]:
+        """The progress given to the gather shards ``here`` (owned here, vouched), and the pages it
+        makes ready decided now, each on its own (:data:`DecideHere`)."""
         emits: list[Emit] = []
         shards, decide = self._shards, self._decide_here
-        for to in range(shards.shards):
+        for to in sorted(here):
             state = self._owned.state(to)
-            assert state is not None  # alone: every shard is owned here
+            assert state is not None  # gathers_here: owned
             try:
                 found, more = gather.ready(state, shards.shards, gather.DECISIONS_PER_RECORD, told)
             except RecordRejected as refused:  # a queue entry missing: a progress record's dead letter

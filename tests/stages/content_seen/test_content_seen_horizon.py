@@ -132,6 +132,42 @@ def test_the_queue_is_decided_from_its_front_and_drains_past_its_limit() -> None
     assert not drain
 
 
+def test_each_page_takes_its_horizon_once_answered_not_once_at_the_front() -> None:
+    """A page behind the front takes its horizon when its own probes are answered, from the log
+    ends known then: it is decided with the front, not a horizon later (the input moved on)."""
+    store = MemoryStore()
+    pages = [_arrive(store, 10 + n, offset=n, tables=1) for n in range(2)]
+    for page in pages:
+        _reply(store, page)
+    assert _progress(store, 0, routed=2, ends=5) == ([], False)  # both horizons taken: 5
+    assert store.get(gather.HORIZONS_KEY) == (2).to_bytes(8, "big")
+    assert _progress(store, 0, routed=3, ends=9) == ([], False)  # more input: horizons stay
+    found, _ = _progress(store, 0, routed=5, ends=9)
+    assert [ready.head["url"] for ready in found] == ["https://a.example/0", "https://a.example/1"]
+
+
+def test_horizons_are_taken_in_queue_order_and_past_ones_taken_already() -> None:
+    """Not past a page whose own probes are not answered (horizons grow along the queue); an
+    entry taken already (by a version that took them at the front only) is passed over."""
+    store = MemoryStore()
+    pages = [_arrive(store, 10 + n, offset=n, tables=1) for n in (3, 0, 1)]
+    for page in pages:
+        _reply(store, page)
+    assert _progress(store, 0, routed=2, ends=2) == ([], False)  # the front (offset 3) not answered
+    assert all(entry[len(pages[0])] == ord("o") for entry in _entries(store))
+    state = BatchState(store)
+    entry = store.get(gather.queue_key(1)) or b""
+    state.set(gather.queue_key(1), entry[:len(pages[1])] + b"h" + encode_horizon({PLACE: 4}))
+    store.apply(state.writes, None)
+    found, _ = _progress(store, 0, routed=4, ends=4)
+    assert [ready.head["url"] for ready in found] == [f"https://a.example/{n}" for n in (3, 0, 1)]
+
+
+def _entries(store: MemoryStore) -> list[bytes]:
+    queue = gather.Queue.decode(store.get(gather.QUEUE_KEY))
+    return [store.get(gather.queue_key(number)) or b"" for number in range(queue.head, queue.tail)]
+
+
 def test_a_reply_for_a_page_that_is_not_waiting_is_refused() -> None:
     state = BatchState(MemoryStore())
     with pytest.raises(RecordRejected, match="no waiting page"):

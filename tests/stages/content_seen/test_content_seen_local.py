@@ -94,6 +94,26 @@ def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -
     assert not Ownership(OwnedShards({0: MemoryStore()}), 2, 1).alone()  # shard 1 is elsewhere
 
 
+def test_progress_goes_directly_to_owned_gather_shards_vouched_with_the_current_token() -> None:
+    """Not alone (shard 2 is elsewhere, another worker routes partition 1): the gather shards it
+    owns still take its progress directly once vouched, until a taint or a rebalance."""
+    owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    ownership = Ownership(owned, 3, 1)
+    owned.begin()
+    ownership.inputs(_positions([0], 2))
+    assert ownership.gathers_here() == frozenset()
+    first = owned.state(0)
+    assert first is not None
+    ownership.vouch(0, ownership.token, first)
+    assert ownership.gathers_here() == {0} and not ownership.alone()
+    ownership.taint()  # a reply went to an owned gather shard as a record
+    assert ownership.gathers_here() == frozenset()
+    ownership.vouch(0, ownership.token, first)
+    assert ownership.gathers_here() == {0}
+    owned.generation += 1  # a rebalance
+    assert ownership.gathers_here() == frozenset()
+
+
 def _gatherer(owned: OwnedShards, ownership: Ownership) -> Gatherer:
     stream = StageContext(TOPOLOGY, 2, owned, Unreadable(), Counters(), 1024).internal("shards")
     return Gatherer(stream, owned, ownership, PageCache(1 << 20), {TOPIC: 0}, Counter(),
