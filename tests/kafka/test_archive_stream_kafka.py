@@ -55,12 +55,15 @@ def test_verdicts_name_the_captures_warc_dedup_refers_to(kafka: KafkaConfig, pre
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for name, crawl in zip(names, crawls, strict=True):  # in crawl order, as a crawler feeds it
+            # counted before the replay: counted after, the crawl's first verdicts were counted twice
+            # and the wait below ran to its deadline (90 s of the test's 130)
+            wanted = len(_verdicts(kafka, topics)) + len(crawl.responses)
             replayed = run_cli(kafka, "replay", "--topic-prefix", prefix, "--no-links", str(name))
             assert replayed.returncode == 0, replayed.stderr.decode()
-            wanted = len(_verdicts(kafka, topics)) + len(crawl.responses)
             deadline = time.monotonic() + 120
             while len(_verdicts(kafka, topics)) < wanted and time.monotonic() < deadline:
                 time.sleep(0.5)
+            assert len(_verdicts(kafka, topics)) == wanted, f"{name.name}: verdicts missing after 120 s"
         stage.send_signal(signal.SIGTERM)  # not an idle exit: a loaded machine may start a replay late
         _, errors = stage.communicate(timeout=120)
     finally:
