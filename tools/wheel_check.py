@@ -14,7 +14,8 @@
    dependencies of its time): a virtualenv that already has it gets ``<wheel>[scrapy]`` and keeps
    it; the Scrapy tests run there against the installed wheel.
 
-Each step prints what it ran; the first failure exits 1 with what was expected and what came.
+Each step prints what it ran and how long it took; the first failure exits 1 with what was expected
+and what came.
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class CheckFailed(Exception):
 
 def run(command: Sequence[str | Path], cwd: Path, env: dict[str, str] | None = None, stdin: str = "",
         timeout_s: float = 900) -> str:
-    print(f"$ {' '.join(str(part) for part in command)}", flush=True)
+    began = time.monotonic()
     result = subprocess.run([str(part) for part in command], cwd=cwd, input=stdin, capture_output=True,
                             text=True, env=env, timeout=timeout_s, check=False)
+    print(f"$ {' '.join(str(part) for part in command)}  ({time.monotonic() - began:.0f} s)", flush=True)
     if result.returncode != 0:
         raise CheckFailed(f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result.stdout
