@@ -87,11 +87,14 @@ unit-pure: venv prometheus
 	$(CURDIR)/$(PY) -c 'import sys, streams.runtime.engine as e; sys.exit(e.__file__.endswith(".py") is False)'; \
 	$(CURDIR)/$(PY) -m pytest -m "not kafka" -q -p no:cacheprovider $(PURE_TESTS)
 
-# Everything CI runs (bash .ci/run). The quick checks first; then the whole suite, compiled, and
-# beside it, at the same time, the unit tests uncompiled and then the wheel check: they have
-# processes, brokers and ports of their own, and the suite's broker tests leave the CPU idle much of
-# the time. Each part's output is printed whole when it ends (--output-sync).
-test: venv jars lint docs alerts pywb
+# Everything CI runs (bash .ci/run). The quick checks first, two at a time (the installs and the
+# compile are single-threaded: pywb's virtualenv is made beside the package's, the lint beside the
+# documentation site); then the whole suite, compiled, and beside it, at the same time, the unit
+# tests uncompiled and then the wheel check: they have processes, brokers and ports of their own,
+# and the suite's broker tests leave the CPU idle much of the time. Each part's output is printed
+# whole when it ends (--output-sync).
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target venv pywb jars lint docs alerts
 	$(MAKE) --no-print-directory -j2 --output-sync=target suite beside-suite
 
 # The suite names pywb's environment in CRAWL_DEDUP_PYWB, so the web-archive replay test fails rather
