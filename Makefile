@@ -56,11 +56,12 @@ lint: venv
 	$(PY) tools/import_rules.py streams
 	$(PY) tools/commit_messages.py $(COMMITS_BASE)
 
-# pytest processes per run (pytest-xdist): 2 on the project's 2-core machines. A broker test spends
-# most of its time waiting for the broker and for its workers, and a unit test beside it uses that
-# time; the processes share one broker (tests/conftest.py), and a module's tests stay in one process
-# (--dist loadscope: its module fixtures are made once). TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
+# pytest processes per run (pytest-xdist): 3 on the project's 2-core machines. A broker test spends
+# most of its time waiting for the broker and for its workers, and the tests beside it use that time
+# (with 2, the CPU was 40-70% idle in the second half of a fresh-clone CI's suite); the processes
+# share one broker (tests/conftest.py), and a module's tests stay in one process (--dist loadscope:
+# its module fixtures are made once). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 
 # The loop while editing: what CI checks first, without a broker.
