@@ -114,8 +114,12 @@ def build(pages: int = 300, seed: int = 1, mirrors: int = 30, near: int = 20, ch
 class SiteServer(ProxyServer):
     """Serves a :class:`Site` on 127.0.0.1 as an HTTP proxy; ``log`` holds every request's URL."""
 
-    def __init__(self, site: Site, delay_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, site: Site, delay_s: float = 0.0, jitter_s: float = 0.0, seed: int = 0,
+                 opened: threading.Event | None = None) -> None:
+        """``opened``: when given, every response waits until it is set (up to two minutes), so that
+        a test can let processes join before any of them has anything to crawl."""
         self.site = site
+        self.opened = opened
         self.delay_s = delay_s  # per response: a real site's latency, a crawl long enough to be killed
         self.jitter_s = jitter_s  # each response's delay drawn uniformly within delay_s +- jitter_s
         self._random = random.Random(seed)
@@ -141,6 +145,8 @@ class SiteServer(ProxyServer):
             self.crawlers.append(handler.headers.get("X-Crawler", ""))
             self.times.append(time.monotonic())
             delay_s = self.delay_s + self._random.uniform(-self.jitter_s, self.jitter_s)
+        if self.opened is not None:
+            self.opened.wait(120)
         time.sleep(max(0.0, delay_s))
         html = self.site.pages.get((host, path))
         if self.site.version:

@@ -9,9 +9,11 @@ bench/scrapy_bench.py runs its side-by-side with.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -37,6 +39,9 @@ from testing.scrapy import (
 pytest.importorskip("scrapy")
 
 
+READING = re.compile(r"reading new-urls partitions \[\d")  # a process in the group, with partitions
+
+
 def _stop(stages: list[subprocess.Popen[bytes]]) -> None:
     for stage in stages:
         stage.send_signal(signal.SIGTERM)
@@ -48,15 +53,19 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
     site = scrapy_site.build(pages=300, seed=3)
     stages = [start_stage(kafka, prefix, name, tmp_path / name) for name in ("url-dedup", "content-seen")]
     items = [tmp_path / f"items{n}.jsonl" for n in range(2)]
+    logs = [tmp_path / f"scrapy{n}.log" for n in range(2)]
     try:
         wait_until_running(kafka, Topics(prefix))
         settings, env = stage_settings(kafka, prefix)
-        # A site's latency keeps the crawl going long enough for both processes to join: with verdicts
-        # at about one Kafka hop (decision 0010) an instant site was crawled in 4 s, and a process that
-        # started late on a loaded machine found nothing left.
-        with scrapy_site.SiteServer(site, delay_s=0.5) as server:
+        # The site answers once both processes read new-urls partitions: with verdicts at about one
+        # Kafka hop (decision 0010) an instant site was crawled in 4 s, and a process that started
+        # late on a loaded machine found nothing left (a site latency of 0.5 s was not always enough).
+        opened = threading.Event()
+        with scrapy_site.SiteServer(site, delay_s=0.1, opened=opened) as server:
             crawlers = [start_scrapy(server.proxy, items[n], tmp_path / f"scrapy{n}.log",
                                      [*settings, "CRAWL_DEDUP_SKIP_DUPLICATES=True"], env) for n in range(2)]
+            h.wait_for(lambda: all(READING.search(log.read_text()) for log in logs), timeout_s=120)
+            opened.set()
             finish_all([(crawler, tmp_path / f"scrapy{n}.log") for n, crawler in enumerate(crawlers)])
             fetched = server.fetches()
     finally:
@@ -71,9 +80,9 @@ def test_two_scrapy_processes_fetch_each_url_once_and_parse_no_planted_copy(kafk
     planted = {url for cluster in site.clusters for url in cluster}
     assert {url for url in every_page if url not in planted} <= set(parsed)
     assert all(read_items([path]) for path in items), "a process parsed nothing: the crawl was not shared"
-    logs = [(tmp_path / f"scrapy{n}.log").read_text() for n in range(2)]
-    assert all("all 1 start URLs are new to the URL stage" in log for log in logs)  # both processes, one run
-    counts = [stats(log) for log in logs]
+    texts = [log.read_text() for log in logs]
+    assert all("all 1 start URLs are new to the URL stage" in text for text in texts)  # both, one run
+    counts = [stats(text) for text in texts]
     for count in counts:  # Scrapy's scheduler stats, and the verdict waits, per process
         assert count["scheduler/dequeued"] == count["scheduler/dequeued/kafka"] \
             == count["downloader/request_count"] == count["downloader/response_status_count/200"]
