@@ -84,8 +84,17 @@ def _workers(kafka: KafkaConfig, prefix: str, stage: str, state: Path, shards: i
 
 
 def _finish(workers: list[subprocess.Popen[bytes]], state: Path, timeout_s: float = 240) -> None:
-    for worker in workers:
-        assert worker.wait(timeout_s) == 0, (state / "logs").joinpath("w0.log").read_text()[-3000:]
+    """Wait for each worker to exit 0; when one does not, the others are killed (a worker left
+    running made its ``Popen`` warn when collected, failing the next test in this process)."""
+    try:
+        for number, worker in enumerate(workers):
+            log = (state / "logs").joinpath(f"w{number}.log")
+            assert worker.wait(timeout_s) == 0, log.read_text()[-3000:]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
 
 
 def _stop_and_drain(kafka: KafkaConfig, prefix: str, stage: str, state: Path, shards: int, count: int,
