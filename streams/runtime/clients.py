@@ -10,14 +10,11 @@ one: :data:`CONFLUENT` makes librdkafka clients from the configurations
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Final, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, Producer
 
 from streams.runtime.describe import Describer, ProcessDescriber
-
-log = logging.getLogger(__name__)
 
 
 class KafkaClients(Protocol):
@@ -65,19 +62,3 @@ def worker_consumer(worker_id: str, session_timeout_ms: int, heartbeat_interval_
         # member the same partitions of topics of one partition count (streams/runtime/shards.py).
         "partition.assignment.strategy": "range",
     }
-
-
-def close_leaving(consumer: Consumer) -> None:
-    """``consumer.close()``, where an assignment that arrives while the consumer leaves the group is
-    no error. librdkafka runs that assignment's callback inside ``close()``; the callback's reads of
-    committed offsets and log ends then fail with ``_DESTROY`` (the handle is going), and ``close()``
-    raised that: a worker told to stop exited with status 2 instead of stopping cleanly (seen in a
-    reshard test, SIGTERM right after a rebalance). Nothing of that assignment was used: the worker
-    decides nothing more, and the next owner starts from the committed offsets."""
-    try:
-        consumer.close()
-    except KafkaException as error:
-        kafka_error: KafkaError = error.args[0]
-        if kafka_error.code() != KafkaError._DESTROY:
-            raise
-        log.info("an assignment came while leaving the group, not taken: %s", kafka_error.str())

@@ -45,7 +45,7 @@ from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.access import NO_WATCH, Watch, fenced
 from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import BatchState
-from streams.runtime.clients import CONFLUENT, KafkaClients, close_leaving, worker_consumer
+from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
 from streams.runtime.commit import Commit, apply
 from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters, oldest_timestamp_ms
@@ -291,7 +291,7 @@ class Engine:
         self._warmth.close()
         try:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
-                close_leaving(self._consumer)
+                self._consumer.close()
                 self._producer.flush(10)
                 self._input_reader.close()
             self._shards.close()

@@ -10,7 +10,6 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.runtime.backlog import Backlogs
 from streams.runtime.batch import OwnedShards
-from streams.runtime.clients import close_leaving
 from streams.runtime.store import MemoryStore
 
 SHARDS = "app.url-dedup-shards"
@@ -126,19 +125,3 @@ def test_a_coordinator_moving_while_a_shard_is_taken_is_asked_again(monkeypatch:
     refused = Moving({0: 5}, errors=[KafkaError.TOPIC_AUTHORIZATION_FAILED])
     with pytest.raises(KafkaException):
         Backlogs(refused, [SHARDS], set()).assigned([TopicPartition(SHARDS, 0)])  # type: ignore[arg-type]
-
-
-class Closing:
-    """A consumer whose ``close`` raises what an assignment's callback raised inside it."""
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-    def close(self) -> None:
-        raise KafkaException(KafkaError(self.code, "Failed to get committed offsets"))
-
-
-def test_an_assignment_failing_while_the_consumer_leaves_is_no_error_and_others_are() -> None:
-    close_leaving(Closing(KafkaError._DESTROY))  # type: ignore[arg-type]
-    with pytest.raises(KafkaException):
-        close_leaving(Closing(KafkaError._TIMED_OUT))  # type: ignore[arg-type]
