@@ -355,3 +355,13 @@ def verdict(expected: set[bytes], counts: Counter[bytes]) -> dict[str, int]:
         "doubled": sum(1 for n in counts.values() if n > 1),
         "unexpected": len(counts.keys() - expected),
     }
+
+
+def kill_survivors(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL and reap those of ``processes`` still running: called on a test's way out, because a
+    ``Popen`` left running warns when collected, and pytest fails whichever test runs next in that
+    process with the warning (a Scrapy test's crawl failed a racing-copies property that way)."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

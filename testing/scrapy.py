@@ -143,15 +143,11 @@ def finish(process: subprocess.Popen[bytes], log: Path, timeout_s: float = 180) 
 
 def finish_all(crawls: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float = 300) -> list[str]:
     """:func:`finish` for each (process, log) in turn; when one fails, the others still running are
-    killed: a process left running made its ``Popen`` warn when collected, and that warning failed
-    whichever test the pytest process ran next (once a racing-copies property in CI)."""
+    killed (:func:`testing.harness.kill_survivors`)."""
     try:
         return [finish(process, log, timeout_s) for process, log in crawls]
     finally:
-        for process, _ in crawls:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        h.kill_survivors(process for process, _ in crawls)
 
 
 STAT = re.compile(r"'([a-z_]+/[a-zA-Z_0-9/]+)': ([0-9.]+)")

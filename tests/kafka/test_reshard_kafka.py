@@ -84,17 +84,14 @@ def _workers(kafka: KafkaConfig, prefix: str, stage: str, state: Path, shards: i
 
 
 def _finish(workers: list[subprocess.Popen[bytes]], state: Path, timeout_s: float = 240) -> None:
-    """Wait for each worker to exit 0; when one does not, the others are killed (a worker left
-    running made its ``Popen`` warn when collected, failing the next test in this process)."""
+    """Wait for each worker to exit 0; when one does not, the others are killed
+    (:func:`testing.harness.kill_survivors`)."""
     try:
         for number, worker in enumerate(workers):
             log = (state / "logs").joinpath(f"w{number}.log")
             assert worker.wait(timeout_s) == 0, log.read_text()[-3000:]
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
+        h.kill_survivors(workers)
 
 
 def _stop_and_drain(kafka: KafkaConfig, prefix: str, stage: str, state: Path, shards: int, count: int,
