@@ -338,6 +338,7 @@ class MemoryConsumer:
         self.at_eof: set[tuple[str, int]] = set()
         self.rebalance_pending = False
         self.dead = False
+        self.closing = False
 
     def subscribe(self, topics: list[str], on_assign: Callable[..., None], on_revoke: Callable[..., None],
                   on_lost: Callable[..., None] | None = None) -> None:
@@ -399,6 +400,8 @@ class MemoryConsumer:
         self.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def committed(self, partitions: list[TopicPartition], timeout: float = 0) -> list[TopicPartition]:
+        if self.closing:  # librdkafka asked from a callback that close() serves
+            raise KafkaException(KafkaError(KafkaError._DESTROY))
         offsets = self.broker.groups.get(self.group, {})
         return [TopicPartition(tp.topic, tp.partition, offsets.get((tp.topic, tp.partition), OFFSET_INVALID))
                 for tp in partitions]
@@ -429,4 +432,12 @@ class MemoryConsumer:
         return self.group
 
     def close(self) -> None:
+        """As librdkafka's: a rebalance still pending is served first (its callbacks run inside
+        ``close``, where asking the broker anything answers ``_DESTROY``), then everything is revoked."""
+        self.closing = True
+        if self.rebalance_pending and self.callbacks and not self.dead:
+            self._rebalance()
+        if self.positions and self.callbacks and not self.dead:
+            self.callbacks["revoke"](self, [TopicPartition(t, p) for t, p in sorted(self.positions)])
+            self.positions = {}
         self.dead = True

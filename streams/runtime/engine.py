@@ -149,6 +149,7 @@ class Engine:
         self._watch = watch
         self._stopping = False
         self._assigned = False
+        self._closing = False  # close() under way: an assignment it serves is not taken up
         # Rebound, never mutated, so another thread (the lag monitor) may read it at any time.
         self.assignment: tuple[tuple[str, int], ...] = ()
         self._last_activity = time.monotonic()
@@ -291,6 +292,7 @@ class Engine:
         self._warmth.close()
         try:
             with self._watchdog.guard("close", self.settings.transaction_timeout_s):
+                self._closing = True
                 self._consumer.close()
                 self._producer.flush(10)
                 self._input_reader.close()
@@ -301,6 +303,12 @@ class Engine:
     # -- rebalance ---------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """A rebalance under way when the worker stops is served inside ``close()``, where every
+        question to the broker fails with ``_DESTROY``: a closing worker takes nothing up (it
+        stopped with exit 2 there, after a SIGTERM right after a rebalance)."""
+        if self._closing:
+            log.info("assignment of %d partitions while closing: not taken up", len(partitions))
+            return
         self._assignment_check()
         if not self._assigned:  # a member now: no takeover's fence can come after this (see _join)
             self._commit.init_transactions()
@@ -321,6 +329,8 @@ class Engine:
         return self._shards.stores
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._closing:  # only what was taken up (see _on_assign)
+            partitions = [tp for tp in partitions if (tp.topic, tp.partition) in self.assignment]
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = tuple(item for item in self.assignment if item not in revoked)
         self.lifecycle.revoked(revoked)

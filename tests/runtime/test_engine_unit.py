@@ -294,3 +294,15 @@ def test_positions_that_moved_with_no_input_are_reported_in_a_transaction_of_the
         assert stage.told[0][0].routed == {("in", 0): 0}
         assert engine.step() == "batch"  # its own mark, on its shard
         assert engine.step() == "idle"
+
+
+def test_an_assignment_served_while_closing_is_not_taken_up() -> None:
+    """A rebalance still under way when the worker is told to stop is served inside ``close()``,
+    where librdkafka answers any question with ``_DESTROY``: the worker stopped with exit 2 on it
+    (seen in a reshard test's SIGTERM right after a rebalance). A closing worker takes nothing up."""
+    with running(EchoStage()) as (engine, broker, stores):
+        broker.append("shards", 0, b"a", b"v")
+        engine.step()
+        broker.rebalance()
+        engine.close()  # must not raise
+        assert engine.assignment == () and engine.stores == {}
