@@ -112,15 +112,45 @@ def queue_key(number: int) -> bytes:
 
 
 def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, place: InputId,
-           offset: int) -> None:
+           offset: int, shard_count: int, seed: bytes = b"") -> None:
     """A page arrives to wait for its replies: its head as state, and its place at the back of the
-    queue with its own input partition (``place``) and offset."""
+    queue with its own input partition (``place``) and offset, or at once its horizon
+    (:func:`_horizon_at_arrival`) when its router reported its log ends (``seed``)."""
     state.set(b"p" + order, stored_head)
     queue = Queue.decode(state.get(QUEUE_KEY))
     number, queue.tail = queue.tail, queue.tail + 1
-    state.set(queue_key(number), order + _OWN + encode_horizon({place: offset + 1}))
+    own = {place: offset + 1}
+    known = decode_horizon(seed) if seed else None
+    horizon = None if known is None else _horizon_at_arrival(state, queue, number, own, known, shard_count)
+    entry = _OWN + encode_horizon(own) if horizon is None else _TAKEN + encode_horizon(horizon)
+    state.set(queue_key(number), order + entry)
     state.set(b"w" + order, encode_progress(0, tables, None))
     state.set(QUEUE_KEY, queue.encode())
+
+
+def _horizon_at_arrival(state: BatchState, queue: Queue, number: int, own: dict[InputId, int],
+                        seed: Mapping[InputId, int], shard_count: int) -> dict[InputId, int] | None:
+    """The horizon of a page arriving as entry ``number``, taken now: the log ends known here, raised
+    to the ones its router reported last (``seed``, kept as known from now on) and to its own offset.
+
+    Its router's last marks name every input record of its own partitions that was in the topic when
+    it routed the page (a batch's worth at most excepted, as for other workers' partitions), so the
+    page need not wait for its replies first and then for the log ends known by then, which had
+    moved on with every worker's input (with two workers, a hop or two more for most pages). Taken
+    only when every earlier entry's horizon is (so horizons still grow along the queue) and every
+    shard has reported on every input partition (so the log ends of a backlog are known); else
+    None, and it is taken as before (:func:`_take_horizons`)."""
+    view = GatherView.decode(state.get(GATHER_KEY))
+    if view.learn_ends(seed):
+        state.set(GATHER_KEY, view.encode())
+    taken_through = max(queue.head, _NUMBER.unpack(state.get(HORIZONS_KEY) or _NUMBER.pack(0))[0])
+    if taken_through != number or view.coverage(shard_count) is None:
+        return None
+    state.set(HORIZONS_KEY, _NUMBER.pack(number + 1))
+    horizon = view.horizon(own)
+    for place, end in seed.items():
+        horizon[place] = max(end, horizon.get(place, 0))
+    return horizon
 
 
 def reply(state: BatchState, order: bytes, found: Match | None) -> bool:
@@ -286,19 +316,22 @@ class Gatherer:
         source = source_of(head)
         if record.carried:
             self._pages.put(source, record.carried)
-        self._arrive(state, message.key() or b"", record.head, head["tables"], source)
+        self._arrive(state, message.key() or b"", record.head, head["tables"], source, record.seed)
         return self._take(message.partition() or 0, [], False, state)
 
-    def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
+    def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
+                    seed: bytes) -> None:
         """A page routed here whose gather shard is owned here waits there at once (the local path):
         before any of its probes, so its replies find it."""
-        self._arrive(state, order, head, tables, source)
+        self._arrive(state, order, head, tables, source, seed)
 
-    def _arrive(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source) -> None:
+    def _arrive(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
+                seed: bytes) -> None:
         topic = self._topic_index.get(source.topic)
         if topic is None:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
-        arrive(state, order, head, tables, (topic, source.partition), source.offset)
+        place = (topic, source.partition)
+        arrive(state, order, head, tables, place, source.offset, self._shards.shards, seed)
 
     def tell(self, order: bytes, told: Reply | Notice | PayloadReply | PayloadNotice) -> list[Emit]:
         """A reply or notice for the page of ``order``: applied at once when its gather shard is owned

@@ -25,28 +25,34 @@ Kafka keeps each partition in append order, and a worker taking over a partition
 its predecessor's transaction committed, so a record a shard receives after a mark is always later
 than the probes the mark vouches for, and likewise for progress and notices at a gather shard.
 
-A page's horizon is taken in two steps, because the page reaches its gather shard before the log
-ends its router reported with it (those travel two hops): first the page waits until every shard
-has probed through its own offset (its replies are then in), and only then is its horizon read
-from the log ends known (:meth:`GatherView.horizon`): by then they include the ones reported in the
-page's own routing transaction, the log ends of every partition its worker owned when it routed
-the page. A page whose horizon is *covered* (every shard has probed through it) has received every
-reply and every notice of the pages within its horizon, and its verdict is the one offline mode
-gives on the same pages sorted by order key. Log ends of partitions other workers own are known
-as their last reports said, a batch or two old: in a backlog (written before the workers start,
-whose log ends are read when a worker is assigned) that is exact; pages written while the stage
-runs may race past it within that time.
+A page's router gives it the log ends it reported in its last marks (its *seed*), and the page
+takes its horizon as it arrives at its gather shard: the log ends known there, raised to the seed
+and to its own offset (:func:`streams.stages.content_seen.gather.arrive`). Where it cannot (no
+seed: its router's first batch after an assignment; a page before it still without a horizon; a
+partition no shard has reported on yet), the horizon is taken in two steps, because the page
+reaches its gather shard before the log ends its router reports with it (those travel two hops):
+first the page waits until every shard has probed through its own offset (its replies are then
+in), and only then is its horizon read from the log ends known (:meth:`GatherView.horizon`): by
+then they include the ones reported in the page's own routing transaction, the log ends of every
+partition its worker owned when it routed the page. A page whose horizon is *covered* (every
+shard has probed through it) has received every reply and every notice of the pages within its
+horizon, and its verdict is the one offline mode gives on the same pages sorted by order key. Log
+ends are known as the last reports said, a batch or two old for other workers' partitions (one
+for the seed's): in a backlog (written before the workers start, whose log ends are read when a
+worker is assigned) that is exact; pages written while the stage runs may race past it within
+that time.
 
 Why this cannot wait forever: a horizon is a set of offsets that existed when it was taken; routing
 only moves forward and never waits on a verdict (pages waiting here are not counted against the
 worker's intake, :class:`streams.stages.content_seen.waiting.PageCache`), so every horizon is covered once the
 input it names has been routed and probed. There is no wait between pages, so nothing can cycle.
 
-Horizons are taken in queue order at one gather shard, each as soon as its page's own probes are
-answered (not when the page reaches the front: by then the input had moved on, and each page
-waited a hop or two for a newer horizon than the last), each from the log ends known then, so they
-only grow along the queue and the pages whose horizons are covered are always the first ones to
-arrive: the waiting pages are a queue, and only its front is ever compared with the progress.
+Horizons are taken in queue order at one gather shard, each as soon as it can be (on arrival, or
+once its page's own probes are answered; not when the page reaches the front: by then the input
+had moved on, and each page waited a hop or two for a newer horizon than the last), each from the
+log ends known then (a seed is known from its arrival on), so they only grow along the queue and
+the pages whose horizons are covered are always the first ones to arrive: the waiting pages are a
+queue, and only its front is ever compared with the progress.
 """
 
 from __future__ import annotations
@@ -130,6 +136,10 @@ class GatherView:
         _raise(self.ends, view.ends)
         for topic, count in view.partitions.items():
             self.partitions[topic] = max(count, self.partitions.get(topic, 0))
+
+    def learn_ends(self, ends: Mapping[InputId, int]) -> bool:
+        """Log ends told otherwise than by progress (a page's router's); whether any was new."""
+        return _raise(self.ends, ends)
 
     def inputs(self) -> list[InputId]:
         return [(topic, partition) for topic, count in sorted(self.partitions.items())

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InputPositions, InternalStream, OwnedShards
 from streams.stages.content_seen import gather
-from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.horizon import RoutingView, encode_horizon
 from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.shard_records import Drain, Mark, Progress
 
@@ -46,6 +46,9 @@ class Relay:
         self._topic_index = topic_index
         self._decide_here = decide_here
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
+        # The log ends of this worker's input partitions in its last marks: the horizon its pages
+        # start from (encoded, :func:`streams.stages.content_seen.horizon.encode_horizon`).
+        self.reported_ends = b""
 
     def take_mark(self, shard: int, view: RoutingView, state: BatchState) -> None:
         """A worker routed its input this far: kept, and told to the gather shards at the end of
@@ -66,6 +69,7 @@ class Relay:
         if inputs is not None:
             ownership.inputs(inputs)
             view = self.routing_view(inputs)
+            self.reported_ends = encode_horizon(view.ends)
             mark: bytes | None = None
             for shard in range(shards.shards):
                 state = ownership.claimed(shard)

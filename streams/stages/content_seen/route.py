@@ -45,6 +45,7 @@ from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.probe import Prober
+from streams.stages.content_seen.relay import Relay
 from streams.stages.content_seen.shard_records import PageWaits, PayloadProbe, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
 from streams.urls.canonical import CanonicalSettings
@@ -67,7 +68,7 @@ class Router:
     """The stage's ``route`` step (see the module docstring)."""
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
-                 gatherer: Gatherer, prober: Prober, max_record_bytes: int,
+                 gatherer: Gatherer, prober: Prober, relay: Relay, max_record_bytes: int,
                  last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
         self._last_verdicts = last_verdicts
@@ -75,6 +76,7 @@ class Router:
         self._pages = pages
         self._gatherer = gatherer
         self._prober = prober
+        self._relay = relay
         self._max_record_bytes = max_record_bytes
         self._payload_digests = payload_digests
         self._owned: OwnedShards = context.owned
@@ -104,11 +106,12 @@ class Router:
         gather = shards.shard_of(order)
         here = owned.state(gather)
         emits: list[Emit] = []
+        seed = self._relay.reported_ends
         if here is not None:  # decided by this worker: the record waits in its memory
             self._pages.put(source, value)
-            self._gatherer.arrive_here(here, order, head, len(table_keys), source)
+            self._gatherer.arrive_here(here, order, head, len(table_keys), source, seed)
         else:  # decided by the worker owning the gather shard: the record goes along
-            emits.append(shards.send(PageWaits(head, value), order, gather))
+            emits.append(shards.send(PageWaits(head, value, seed), order, gather))
             self._check(emits)  # refused now, before a probe here writes anything
         probe: bytes | None = None
         topic = shards.topic

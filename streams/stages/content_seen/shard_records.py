@@ -59,6 +59,8 @@ _SHARD = struct.Struct(">H")
 _PAYLOAD = struct.Struct(">20sI")  # a payload probe: SHA-1, then the length of its capture's fields
 _LENGTH = struct.Struct(">I")
 _JSON = ord("{")  # a view written before marks had tokens starts here
+_SEEDED = b"H"  # a PageWaits with its router's log ends
+_SEED_LENGTH = struct.Struct(">H")
 
 
 def _with_token(token: bytes, view: RoutingView) -> bytes:
@@ -114,18 +116,29 @@ class Mark:
 @dataclass(frozen=True, slots=True)
 class PageWaits:
     """A page's head (JSON, :func:`streams.stages.content_seen.waiting.encode_head`), stored as it
-    comes, and its input record's value when it travels along (else empty)."""
+    comes, its input record's value when it travels along (else empty), and the log ends its
+    router last reported (``seed``, :func:`streams.stages.content_seen.horizon.encode_horizon`;
+    empty when it had reported none, and from a version before them).
+
+    With a seed the record starts with ``H`` and the seed's length (two bytes), never ``{``."""
 
     head: bytes
     carried: bytes = b""
+    seed: bytes = b""
 
     def encode(self) -> bytes:
-        return self.head + b"\n" + self.carried if self.carried else self.head
+        body = self.head + b"\n" + self.carried if self.carried else self.head
+        return _SEEDED + _SEED_LENGTH.pack(len(self.seed)) + self.seed + body if self.seed else body
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
+        seed = b""
+        if raw[:1] == _SEEDED:
+            (length,) = _SEED_LENGTH.unpack_from(raw, 1)
+            start = 1 + _SEED_LENGTH.size
+            seed, raw = raw[start:start + length], raw[start + length:]
         head, _, carried = raw.partition(b"\n")
-        return cls(head, carried)
+        return cls(head, carried, seed)
 
     def fields(self) -> dict[str, Any]:
         return decode_head(self.head)

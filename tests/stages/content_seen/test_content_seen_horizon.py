@@ -20,6 +20,7 @@ from streams.stages.content_seen.horizon import (
     decode_horizon,
     encode_horizon,
 )
+from streams.stages.content_seen.shard_records import PageWaits
 
 places = st.tuples(st.integers(0, 3), st.integers(0, 40))
 offset_maps = st.dictionaries(places, st.integers(0, 2**40), max_size=8)
@@ -72,10 +73,12 @@ def test_a_horizon_is_the_log_ends_known_and_at_least_the_page_itself() -> None:
 PLACE = (0, 0)
 
 
-def _arrive(store: MemoryStore, when: int, offset: int, tables: int = 2) -> bytes:
+def _arrive(store: MemoryStore, when: int, offset: int, tables: int = 2, seed: int | None = None) -> bytes:
+    """A page arriving; ``seed``: the log end of ``PLACE`` its router reported last."""
     order = order_key(when, 0, offset)
     state = BatchState(store)
-    gather.arrive(state, order, b'{"url": "https://a.example/%d"}' % offset, tables, PLACE, offset)
+    told = b"" if seed is None else encode_horizon({PLACE: seed})
+    gather.arrive(state, order, b'{"url": "https://a.example/%d"}' % offset, tables, PLACE, offset, 1, told)
     store.apply(state.writes, None)
     return order
 
@@ -161,6 +164,39 @@ def test_horizons_are_taken_in_queue_order_and_past_ones_taken_already() -> None
     store.apply(state.writes, None)
     found, _ = _progress(store, 0, routed=4, ends=4)
     assert [ready.head["url"] for ready in found] == [f"https://a.example/{n}" for n in (3, 0, 1)]
+
+
+def test_a_page_whose_router_reported_its_log_ends_takes_its_horizon_on_arrival() -> None:
+    """Its router's last log ends, raised to its own offset: not the log ends known once its
+    replies are in, which include input routed after it (two workers: a hop or two more)."""
+    store = MemoryStore()
+    first = _arrive(store, 10, offset=0, tables=1, seed=3)
+    assert _entries(store)[0][len(first)] == ord("o")  # no shard has reported yet: taken later
+    _reply(store, first)
+    assert _progress(store, 0, routed=1, ends=3) == ([], False)  # taken now: 3
+    second = _arrive(store, 11, offset=3, tables=1, seed=4)
+    assert decode_horizon(_entries(store)[1][len(second) + 1:]) == {PLACE: 4}
+    _reply(store, second)
+    found, _ = _progress(store, 0, routed=4, ends=9)  # input routed after the second page: not waited for
+    assert [ready.head["url"] for ready in found] == ["https://a.example/0", "https://a.example/3"]
+
+
+def test_a_page_takes_its_horizon_on_arrival_only_behind_pages_that_took_theirs() -> None:
+    store = MemoryStore()
+    _progress(store, 0, routed=0, ends=2)
+    waiting = _arrive(store, 10, offset=2, tables=1)  # from a router that reported nothing yet
+    _arrive(store, 11, offset=3, tables=1, seed=5)
+    assert [entry[len(waiting)] for entry in _entries(store)] == [ord("o"), ord("o")]
+    assert gather.GatherView.decode(store.get(gather.GATHER_KEY)).ends == {PLACE: 5}  # known from now on
+
+
+@given(st.binary(max_size=64), st.binary(max_size=64), offset_maps)
+def test_page_records_round_trip_with_and_without_a_seed(head: bytes, carried: bytes,
+                                                        seed: dict[tuple[int, int], int]) -> None:
+    head = b"{" + head.replace(b"\n", b"")
+    record = PageWaits(head, carried, encode_horizon(seed))
+    assert PageWaits.decode(record.encode()) == record
+    assert PageWaits.decode(head + b"\n" + carried) == PageWaits(head, carried)  # a version before seeds
 
 
 def _entries(store: MemoryStore) -> list[bytes]:

@@ -132,7 +132,7 @@ def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() 
     state = owned.state(0)
     assert state is not None
     gatherer.arrive_here(state, order, b'{"url": "https://a.example/", "source": ["t", 0, 0]}', 2,
-                         Source(TOPIC, 0, 0))
+                         Source(TOPIC, 0, 0), b"")
     assert gatherer.tell(order, Reply(None)) == []
     match = Match(order_key(0, 0, 9), "https://earlier.example/", 1, True, 256)
     assert gatherer.tell(order, Notice(match)) == [] and gatherer.races["in_time"] == 1
