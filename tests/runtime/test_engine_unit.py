@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from streams.errors import StateError
+from streams.runtime import inflow
 from streams.runtime.api import InputPositions, Message, Processors, StageContext
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.clients import KafkaClients
@@ -175,9 +176,12 @@ class PreparingStage(EchoStage):
         return super().process(message, state)
 
 
-def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them() -> None:
+def test_a_preparing_stage_routes_its_inputs_a_batch_after_preparing_them(monkeypatch: pytest.MonkeyPatch,
+                                                                          ) -> None:
     """Shard records first (decided while the inputs are prepared elsewhere), each topic in order;
-    a batch's input records are routed in the next batch, and its offsets count only what it routed."""
+    a batch's input records are routed in the next batch, and its offsets count only what it routed
+    (a backlog's batches: a light load's few records are routed at once, below)."""
+    monkeypatch.setattr(inflow, "ROUTE_AT_ONCE_MAX", 0)
     stage = PreparingStage()
     with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
         broker.append("in", 0, None, b'{"k": "a"}')
@@ -208,9 +212,11 @@ class RoomyStage(PreparingStage):
         return self.ready
 
 
-def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None:
+def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has(monkeypatch: pytest.MonkeyPatch,
+                                                                       ) -> None:
     """Deferred: each partition rewound to its first deferred record and paused until the stage is
     ready; the records taken are held for the next batch."""
+    monkeypatch.setattr(inflow, "ROUTE_AT_ONCE_MAX", 0)
     stage, consumer, counters = RoomyStage(room=1), StubConsumer(), Counters()
     flow = InputFlow(stage.prepare, stage.ready_for_input, consumer, frozenset({"in"}), counters)  # type: ignore[arg-type]
     batch = [LineMessage("in", 1, b'{"k": "a"}', None, 0), LineMessage("in", 5, b'{"k": "b"}', None, 1),
@@ -227,10 +233,11 @@ def test_inputs_a_stage_has_no_room_for_are_consumed_again_once_it_has() -> None
     assert flow.arrange([]) == [batch[0]] and not flow.holding
 
 
-def test_the_held_inputs_are_settled_before_the_next_consume() -> None:
+def test_the_held_inputs_are_settled_before_the_next_consume(monkeypatch: pytest.MonkeyPatch) -> None:
     """With records held for routing, the stage's preparation of them is waited for before the next
     batch is consumed (what was fetched meanwhile then goes to it before they are routed), and only
     then."""
+    monkeypatch.setattr(inflow, "ROUTE_AT_ONCE_MAX", 0)
     settled: list[int] = []
     stage = RoomyStage(room=9)
     flow = InputFlow(stage.prepare, stage.ready_for_input, StubConsumer(), frozenset({"in"}),  # type: ignore[arg-type]
@@ -243,6 +250,22 @@ def test_the_held_inputs_are_settled_before_the_next_consume() -> None:
     flow.arrange([])
     flow.resume_if_ready()
     assert settled == [0]  # routed: nothing held any more
+
+
+def test_a_few_input_records_with_none_held_are_routed_in_their_own_batch(monkeypatch: pytest.MonkeyPatch,
+                                                                          ) -> None:
+    """A light load's batch routes its few input records itself, after its shard records; a larger
+    batch is held, and while records are held every batch holds its own (a backlog's pipeline)."""
+    monkeypatch.setattr(inflow, "ROUTE_AT_ONCE_MAX", 2)
+    stage = RoomyStage(room=9)
+    flow = InputFlow(stage.prepare, stage.ready_for_input, StubConsumer(), frozenset({"in"}),  # type: ignore[arg-type]
+                     Counters())
+    few = [LineMessage("in", 4, b"{}", None, 0), LineMessage("shards", 7, b"v", b"d", 0)]
+    assert flow.arrange(few) == [few[1], few[0]] and not flow.holding  # type: ignore[arg-type]
+    many = [LineMessage("in", offset, b"{}", None, 0) for offset in (5, 6, 7)]
+    assert flow.arrange(many) == [] and flow.holding  # type: ignore[arg-type]
+    assert flow.arrange(few[:1]) == many and flow.holding  # type: ignore[arg-type]
+    assert flow.arrange([]) == few[:1] and not flow.holding
 
 
 def test_an_abort_rewinds_the_held_inputs_and_a_revoke_forgets_them() -> None:
