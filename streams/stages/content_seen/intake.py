@@ -2,11 +2,12 @@
 worker routes the previous batch, or in the worker.
 
 The engine hands a preparing stage each batch's input records before routing them, and routes them
-in the next batch (:mod:`streams.runtime.inflow`). :meth:`Intake.prepare` takes the first of them
-while the pages in flight (awaiting their replies here, or prepared and not routed yet; a page that
-waits only for its horizon is not counted, :class:`~streams.stages.content_seen.waiting.PageCache`)
-stay under three quarters of ``page_cache_mb`` (at least one when none is), and starts analysing
-them in the children, if there are any (``analysis_processes``, by default one per usable core:
+in the next batch, or in the same one when it is a light batch's few
+(:mod:`streams.runtime.inflow`). :meth:`Intake.prepare` takes the first of them while the pages in
+flight (awaiting their replies here, or prepared and not routed yet; a page that waits only for its
+horizon is not counted, :class:`~streams.stages.content_seen.waiting.PageCache`) stay under three
+quarters of ``page_cache_mb`` (at least one when none is), and starts analysing them in the
+children, if there are any (``analysis_processes``, by default one per usable core:
 :mod:`streams.stages.content_seen.cores`) and the batch has two pages or more (one page alone is
 analysed in the worker, without a pipe's cost or a wait); by the next batch their analysis is mostly
 done. The offline driver hands it windows of lines read ahead the same way. The engine feeds the
