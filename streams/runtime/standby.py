@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.runtime.clients import KafkaClients
 from streams.runtime.closing import Closer
@@ -173,6 +173,28 @@ class Standbys:
                 break
         self.applied += applied
         return applied
+
+    def mark_caught_up(self, timeout_s: float = 5.0) -> None:
+        """Mark at its end each standby whose store holds all its changelog partition does: an
+        empty changelog above all (a new application's). One request a partition, where waiting
+        for the client's end-of-partition events took a fetch round or more (a worker of a new
+        application warmed 8 empty shards for 1.6 s before joining). A partition not answered, or
+        whose end lies past the store (transaction markers count), is left to the fetches."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        for shard, store in self.stores.items():
+            if shard in self._at_end:
+                continue
+            partition = TopicPartition(self.changelog, shard)
+            try:
+                _, high = consumer.get_watermark_offsets(partition, timeout=timeout_s)
+            except KafkaException:
+                continue
+            offset = store.changelog_offset()
+            if high <= (0 if offset is None else offset + 1):
+                self._at_end.add(shard)
+                self._warm.add(shard)
 
     def _apply(self, messages: list[Message]) -> int:
         replays, at_end = self._replays, self._at_end

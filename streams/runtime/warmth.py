@@ -144,6 +144,7 @@ class Warmth:
         for shard, store in self._bring_up(sorted(future)).items():  # recovered as an assignment is
             self.standbys.park(shard, store)
         self.standbys.keep(future)  # followed as standbys until the group gives them
+        self.standbys.mark_caught_up()
         while self.standbys.behind and not stopping():
             alive()
             self.standbys.catch_up(WARM_UP_STEP_S, wait_s=IDLE_WAIT_S)

@@ -44,6 +44,26 @@ def _standbys(broker: MemoryKafka, stores: dict[int, MemoryStore]) -> Standbys:
                     cast(KafkaClients, broker), replicas=1)
 
 
+def test_a_standby_of_an_empty_or_applied_changelog_is_at_its_end_without_a_fetch() -> None:
+    """One request a partition: a new application's worker warms no empty shard for fetch rounds."""
+    broker, stores = MemoryKafka(), {}
+    broker.create_topic("changelog", 3)
+    _changelog(broker, 1, {b"a": b"1"})
+    _changelog(broker, 2, {b"b": b"2"})
+    stores[2] = MemoryStore()
+    stores[2].apply({b"b": b"2"}, 0)  # holds the record: at the end once the end is asked
+    standbys = _standbys(broker, stores)
+    standbys.keep({0, 2})
+    assert standbys.behind
+    standbys.mark_caught_up()
+    assert not standbys.behind and standbys.warm
+    standbys.keep({0, 1, 2})
+    standbys.mark_caught_up()
+    assert standbys.behind  # shard 1 has a record to apply
+    standbys.catch_up(1.0)
+    assert not standbys.behind and stores[1].get(b"a") == b"1"
+
+
 def test_a_standby_applies_only_committed_changelog_records() -> None:
     broker, stores = MemoryKafka(), {}
     broker.create_topic("changelog", 2)
