@@ -130,9 +130,10 @@ class InputFlow:
         taken = self._prepare(inputs)
         if taken < len(inputs):
             self._defer(inputs[taken:])
-        if not self._held and taken <= ROUTE_AT_ONCE_MAX:
-            return [message for message in batch if message.topic() not in topics] + inputs[:taken]
-        routed, self._held = self._held, inputs[:taken]
+        if self._held or taken > ROUTE_AT_ONCE_MAX:
+            routed, self._held = self._held, inputs[:taken]
+        else:
+            routed = inputs[:taken]
         return [message for message in batch if message.topic() not in topics] + routed
 
     def _defer(self, deferred: list[Message]) -> None:

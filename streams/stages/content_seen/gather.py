@@ -152,10 +152,7 @@ def _horizon_at_arrival(state: BatchState, queue: Queue, number: int, own: dict[
     if taken_through != number or coverage is None:
         return None
     state.set(HORIZONS_KEY, _NUMBER.pack(number + 1))
-    horizon = view.horizon(own)
-    for place, end in seed.items():
-        horizon[place] = max(end, horizon.get(place, 0))
-    return horizon
+    return view.horizon(own, seed)
 
 
 @functools.lru_cache(maxsize=32)

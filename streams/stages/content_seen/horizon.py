@@ -163,15 +163,17 @@ class GatherView:
                 covered[place] = min(offset, covered.get(place, offset))
         return covered
 
-    def horizon(self, own: Offsets) -> Offsets:
+    def horizon(self, own: Offsets, *floors: Mapping[InputId, int]) -> Offsets:
         """The horizon of a page whose own probes are all answered (``own``: its input partition and
-        offset + 1, covered): the log end of every partition as known now, and at least ``own``.
+        offset + 1, covered): the log end of every partition as known now, and at least ``own`` and
+        each of ``floors`` (its router's log ends, when it is taken on arrival).
 
         Known now includes the log ends that the page's own routing transaction reported: that
         transaction's marks precede, in every shard, every mark vouching for the page's probes.
         """
         horizon = {place: self.ends.get(place, 0) for place in self.inputs()}
-        _raise(horizon, own)
+        for floor in (own, *floors):
+            _raise(horizon, floor)
         return horizon
 
     def encode(self) -> bytes:
