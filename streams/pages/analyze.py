@@ -111,7 +111,9 @@ class PageAnalysis:
     text's word pairs that decides near-duplicates among the SimHash's candidates
     (:mod:`streams.pages.sketch`), None when not asked for. The raw body's digest is the revisit stage's
     (:func:`digest` of :func:`streams.records.raw_body`), not computed here: the page stage never
-    reads it, and it cost a twentieth of a page's analysis.
+    reads it, and it cost a twentieth of a page's analysis. ``payload_sha1``: the SHA-1 of the
+    payload (a WARC payload digest), when an analysis process computed it for the page stage's
+    ``payload_digests`` beside the rest, from the body it decoded already; None otherwise.
     """
 
     text_digest: bytes
@@ -121,6 +123,7 @@ class PageAnalysis:
     charset: str
     charset_source: str
     sketch: Sketch | None = None
+    payload_sha1: bytes | None = None
 
 
 def analyze_page(record: Mapping[str, Any], settings: PageSettings,
@@ -186,7 +189,8 @@ def analysis_to_json(found: PageAnalysis | Skipped) -> bytes:
         return orjson.dumps({"skipped": found.reason})
     return orjson.dumps({**dataclasses.asdict(found), "text_digest": found.text_digest.hex(),
                          "simhash": to_hex(found.simhash),
-                         "sketch": None if found.sketch is None else found.sketch.encode().hex()})
+                         "sketch": None if found.sketch is None else found.sketch.encode().hex(),
+                         "payload_sha1": None if found.payload_sha1 is None else found.payload_sha1.hex()})
 
 
 def analysis_from_json(raw: bytes) -> PageAnalysis | Skipped | str:
@@ -197,7 +201,8 @@ def analysis_from_json(raw: bytes) -> PageAnalysis | Skipped | str:
         return error
     if "skipped" in loaded:
         return Skipped(loaded["skipped"])
-    sketch = loaded.get("sketch")
+    sketch, payload_sha1 = loaded.get("sketch"), loaded.get("payload_sha1")
     return PageAnalysis(**{**loaded, "text_digest": bytes.fromhex(loaded["text_digest"]),
                            "simhash": from_hex(loaded["simhash"]),
-                           "sketch": None if sketch is None else Sketch.decode(bytes.fromhex(sketch))})
+                           "sketch": None if sketch is None else Sketch.decode(bytes.fromhex(sketch)),
+                           "payload_sha1": None if payload_sha1 is None else bytes.fromhex(payload_sha1)})

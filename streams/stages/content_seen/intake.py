@@ -39,6 +39,7 @@ from streams.pages.analyze import (
 from streams.pages.decode import Skipped
 from streams.records import RecordKind
 from streams.runtime.api import Message, Pending, ProcessMap
+from streams.stages.content_seen import payloads
 from streams.stages.content_seen.waiting import PageCache
 
 Place = tuple[int | None, int | None]  # a page's input partition and offset
@@ -48,8 +49,9 @@ class Intake:
     """The pages a stage takes from each batch, and their analyses."""
 
     def __init__(self, settings: PageSettings, processes: int, max_record_bytes: int,
-                 pages: PageCache) -> None:
+                 pages: PageCache, payload_digests: bool = False) -> None:
         self._settings = settings
+        self._payload_digests = payload_digests
         self._max_record_bytes = max_record_bytes
         self._pages = pages
         self._unrouted_bytes = 0  # pages taken in the last batch, routed in this one
@@ -69,7 +71,8 @@ class Intake:
         if self._pool is None:
             settings = self._settings
             analysis = {each.name: getattr(settings, each.name) for each in dataclasses.fields(PageSettings)}
-            context = orjson.dumps({"settings": analysis, "max_record_bytes": self._max_record_bytes})
+            context = orjson.dumps({"settings": analysis, "max_record_bytes": self._max_record_bytes,
+                                    "payload_digests": self._payload_digests})
             self._pool = ProcessMap(f"{__name__}:analyze_value", context, self._processes)
         return self._pool
 
@@ -130,9 +133,9 @@ class Intake:
 
 
 @functools.cache
-def _child_settings(context: bytes) -> tuple[PageSettings, int]:
+def _child_settings(context: bytes) -> tuple[PageSettings, int, bool]:
     loaded = orjson.loads(context)
-    return PageSettings(**loaded["settings"]), loaded["max_record_bytes"]
+    return PageSettings(**loaded["settings"]), loaded["max_record_bytes"], loaded["payload_digests"]
 
 
 def analyze_value(context: bytes, value: bytes) -> bytes:
@@ -141,9 +144,13 @@ def analyze_value(context: bytes, value: bytes) -> bytes:
     Never raises: a record the parent will reject anyway, or a failure, is an ``error`` result
     (the parent decodes the record itself and dead-letters it with the real reason).
     """
-    settings, max_record_bytes = _child_settings(context)
+    settings, max_record_bytes, payload_digests = _child_settings(context)
     try:
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
-        return analysis_to_json(analyze_page(record, settings))
+        body = records.body_bytes(record)
+        found = analyze_page(record, settings, body)
+        if payload_digests and isinstance(found, PageAnalysis):  # off the worker, from the body decoded
+            found = dataclasses.replace(found, payload_sha1=payloads.payload_sha1(record, body))
+        return analysis_to_json(found)
     except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
         return orjson.dumps({"error": repr(error)})

@@ -26,14 +26,28 @@ entries: their copies find no first capture (state of the earlier layout reads o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
+from streams import records
+from streams.archives import payload as warc_payload
 from streams.stages.content_seen.buckets import SLOT_BYTES
 
 PAYLOAD_PREFIX = b"y"
 GATHER_PREFIX = b"v"
+
+
+def payload_sha1(record: Mapping[str, Any], body: bytes | str | None = None) -> bytes:
+    """The SHA-1 of a fetched page's payload: its body (``body`` when the caller decoded it already)
+    after the transfer decoding its ``Transfer-Encoding`` header names. An analysis process computes
+    it beside the page's analysis, from the body it decoded (the worker then only reads it); a page
+    analysed in the worker is digested there."""
+    transfer = (record.get("headers") or {}).get("transfer-encoding")
+    raw = records.raw_body(records.body_bytes(record) if body is None else body)
+    return warc_payload.sha1_of(warc_payload.entity_body(raw, transfer))
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,14 +31,13 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from streams import records
-from streams.archives import payload as warc_payload
 from streams.errors import RecordRejected
 from streams.pages.blocks import BlockDesign
 from streams.pages.decode import Skipped
 from streams.pages.sketch import empty_sketch
 from streams.records import RecordKind
 from streams.runtime.api import Emit, Message, OwnedShards, StageContext
-from streams.stages.content_seen import buckets
+from streams.stages.content_seen import buckets, payloads
 from streams.stages.content_seen.buckets import Page
 from streams.stages.content_seen.decide import verdict
 from streams.stages.content_seen.gather import Gatherer
@@ -99,7 +98,8 @@ class Router:
         page = Page(order, analysis.simhash, analysis.text_digest, record["url"], sketch)
         table_keys = self._design.keys(analysis.simhash)
         source = Source(message.topic() or "", message.partition() or 0, message.offset() or 0)
-        payload = payload_probe(record, message, page) if self._payload_digests else None
+        payload = (payload_probe(record, message, page, analysis.payload_sha1) if self._payload_digests
+                   else None)
         head = encode_head(page.url, page.simhash, page.text_digest, len(table_keys), source,
                            None if payload is None else payload.sha1)
         shards, owned = self._shards, self._owned
@@ -129,11 +129,11 @@ class Router:
         return emits
 
 
-def payload_probe(record: dict[str, Any], message: Message, page: Page) -> PayloadProbe:
-    """The probe of the page's first table with its payload along (module docstring)."""
-    transfer = (record.get("headers") or {}).get("transfer-encoding")
-    body = records.raw_body(records.body_bytes(record))
-    sha1 = warc_payload.sha1_of(warc_payload.entity_body(body, transfer))
+def payload_probe(record: dict[str, Any], message: Message, page: Page,
+                  sha1: bytes | None = None) -> PayloadProbe:
+    """The probe of the page's first table with its payload along (module docstring); ``sha1``, the
+    payload's digest when an analysis process computed it."""
+    sha1 = payloads.payload_sha1(record) if sha1 is None else sha1
     fetched_at = record.get("fetched_at")
     if not isinstance(fetched_at, str):
         kind, millis = message.timestamp()

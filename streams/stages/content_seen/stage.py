@@ -131,7 +131,7 @@ class ContentSeenStage:
         self._rule = self.settings.near_rule()
         self._pages = PageCache(self.settings.page_cache_mb * 1024 * 1024)
         self._intake = Intake(self.settings, cores.analysis_processes(self.settings.analysis_processes),
-                              self.max_record_bytes, self._pages)
+                              self.max_record_bytes, self._pages, self.settings.payload_digests)
 
     def store(self) -> StoreSpec:
         """Shards read bucket by bucket, 10 random ones a page (PlainTable); the tables' design in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 from collections.abc import Iterable
@@ -13,10 +14,13 @@ import pytest
 
 from streams.dev import simweb
 from streams.errors import ConfigError, RecordRejected, StateError
+from streams.pages.analyze import PageAnalysis, analysis_from_json
+from streams.pages.decode import Skipped
 from streams.runtime import offline
 from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
 from streams.runtime.store import MemoryStore
-from streams.stages.content_seen import buckets
+from streams.stages.content_seen import buckets, payloads
+from streams.stages.content_seen.intake import analyze_value
 from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import LAYOUT_KEY, ContentSeenSettings, ContentSeenStage
 from streams.topics import Topics
@@ -221,3 +225,26 @@ def test_state_of_the_layout_before_payloads_reads_on() -> None:
     assert by_url["https://old-copy.example/x"]["duplicate_of"] == old.url  # the old tables still find it
     assert by_url["https://old-copy.example/x"]["first_capture_url"] is None  # its payload was never stored
     assert by_url["https://new-copy.example/x"]["first_capture_url"] == new.url
+
+
+def test_an_analysis_process_digests_the_payload_as_the_worker_does() -> None:
+    """With ``payload_digests`` the analysis processes digest each compared page's payload beside the
+    analysis, from the body they decoded (off the worker); a skipped page, or the setting off, none."""
+    page = simweb.crawl(seed=1, articles=1)[0].record
+    value = orjson.dumps(page)
+    on, off = (orjson.dumps({"settings": {}, "max_record_bytes": 1 << 24, "payload_digests": flag})
+               for flag in (True, False))
+    found = analysis_from_json(analyze_value(on, value))
+    assert isinstance(found, PageAnalysis) and found.payload_sha1 == payloads.payload_sha1(page)
+    assert analysis_from_json(analyze_value(off, value)) == dataclasses.replace(found, payload_sha1=None)
+    skipped = orjson.dumps({**page, "status": 404})
+    assert analysis_from_json(analyze_value(on, skipped)) == Skipped("status:404")
+
+
+def test_verdicts_are_the_same_whether_pages_are_analysed_in_processes_or_in_the_worker() -> None:
+    pages = simweb.crawl(seed=5, articles=4)
+    pages += pages  # fetched again: byte-identical payloads, each naming its first capture
+    verdicts = [_verdicts(ContentSeenStage(ContentSeenSettings(analysis_processes=processes)), MemoryStore(),
+                          pages) for processes in (0, 2)]
+    assert verdicts[0] == verdicts[1]
+    assert any(verdict.get("first_capture_url") for verdict in verdicts[0])
