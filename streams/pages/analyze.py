@@ -113,7 +113,7 @@ class PageAnalysis:
     (:func:`digest` of :func:`streams.records.raw_body`), not computed here: the page stage never
     reads it, and it cost a twentieth of a page's analysis. ``payload_sha1``: the SHA-1 of the
     payload (a WARC payload digest), when an analysis process computed it for the page stage's
-    ``payload_digests`` beside the rest, from the body it decoded already; None otherwise.
+    ``payload_digests`` beside the rest; None otherwise.
     """
 
     text_digest: bytes

@@ -147,10 +147,9 @@ def analyze_value(context: bytes, value: bytes) -> bytes:
     settings, max_record_bytes, payload_digests = _child_settings(context)
     try:
         record = records.decode(RecordKind.FETCHED_PAGE, value, max_record_bytes=max_record_bytes)
-        body = records.body_bytes(record)
-        found = analyze_page(record, settings, body)
-        if payload_digests and isinstance(found, PageAnalysis):  # off the worker, from the body decoded
-            found = dataclasses.replace(found, payload_sha1=payloads.payload_sha1(record, body))
+        found = analyze_page(record, settings)
+        if payload_digests and isinstance(found, PageAnalysis):  # off the worker
+            found = dataclasses.replace(found, payload_sha1=payloads.payload_sha1(record))
         return analysis_to_json(found)
     except Exception as error:  # noqa: BLE001 - reported to the parent, which decides
         return orjson.dumps({"error": repr(error)})

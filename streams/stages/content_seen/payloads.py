@@ -40,13 +40,12 @@ PAYLOAD_PREFIX = b"y"
 GATHER_PREFIX = b"v"
 
 
-def payload_sha1(record: Mapping[str, Any], body: bytes | str | None = None) -> bytes:
-    """The SHA-1 of a fetched page's payload: its body (``body`` when the caller decoded it already)
-    after the transfer decoding its ``Transfer-Encoding`` header names. An analysis process computes
-    it beside the page's analysis, from the body it decoded (the worker then only reads it); a page
-    analysed in the worker is digested there."""
+def payload_sha1(record: Mapping[str, Any]) -> bytes:
+    """The SHA-1 of a fetched page's payload: its body after the transfer decoding its
+    ``Transfer-Encoding`` header names. An analysis process computes it beside the page's analysis
+    (the worker then only reads it); a page analysed in the worker is digested there."""
     transfer = (record.get("headers") or {}).get("transfer-encoding")
-    raw = records.raw_body(records.body_bytes(record) if body is None else body)
+    raw = records.raw_body(records.body_bytes(record))
     return warc_payload.sha1_of(warc_payload.entity_body(raw, transfer))
 
 

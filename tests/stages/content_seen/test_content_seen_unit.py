@@ -239,6 +239,10 @@ def test_an_analysis_process_digests_the_payload_as_the_worker_does() -> None:
     assert analysis_from_json(analyze_value(off, value)) == dataclasses.replace(found, payload_sha1=None)
     skipped = orjson.dumps({**page, "status": 404})
     assert analysis_from_json(analyze_value(on, skipped)) == Skipped("status:404")
+    # a skipped page's body is never decoded, in a process as in the worker: bad base64 stays a skip
+    broken = orjson.dumps({**{k: v for k, v in page.items() if k != "body"}, "status": 404,
+                           "body_base64": "not base64!"})
+    assert analysis_from_json(analyze_value(on, broken)) == Skipped("status:404")
 
 
 def test_verdicts_are_the_same_whether_pages_are_analysed_in_processes_or_in_the_worker() -> None:
