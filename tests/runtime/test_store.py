@@ -94,6 +94,24 @@ def test_batch_state_reads_its_own_writes_before_the_store(store: PartitionStore
     assert store.get(b"a") == b"old"  # nothing reaches the store before the commit
 
 
+@pytest.mark.parametrize(("stored", "written", "left"), [
+    ({}, {b"k": b"v"}, {}),  # set and deleted in the batch, never stored: nothing to write
+    ({b"k": b"old"}, {b"k": b"v"}, {b"k": None}),  # stored: its tombstone
+    ({b"k": b"old"}, {}, {b"k": None}),
+    ({}, {}, {b"k": None}),  # not written here: the store is not asked
+])
+def test_a_delete_writes_a_tombstone_only_for_a_key_the_store_holds(
+        store: PartitionStore, stored: dict[bytes, bytes], written: dict[bytes, bytes],
+        left: dict[bytes, bytes | None]) -> None:
+    store.apply(stored, 1)
+    state = BatchState(store)
+    for key, value in written.items():
+        state.set(key, value)
+    state.delete(b"k")
+    assert state.writes == left
+    assert state.get(b"k") is None
+
+
 def test_rocks_store_survives_reopen(tmp_path: Path) -> None:
     first = RocksStore(tmp_path / "s")
     first.apply({b"a": b"1"}, 41)
