@@ -75,9 +75,10 @@ unit: venv prometheus
 # copy's streams package first on the path (pyproject.toml: pythonpath). Its empty manifest of
 # compiled modules keeps the editable install's finder from supplying this tree's. The tests run are
 # those of the code that differs between the two builds (setup.py's compiled modules: records,
-# plain, urls, the runtime's batch loop, the URL stage) and of the code that drives it (the stages,
-# the integrations, ops); the others (tests/pages, tests/tools, the command line, the configuration
-# and documentation checks) run code that is the same in both builds, and run compiled in the suite.
+# plain, urls, the runtime's batch loop, the URL stage, the page stage's shard records) and of the
+# code that drives it (the stages, the integrations, ops); the others (tests/pages, tests/tools, the
+# command line, the configuration and documentation checks) run code that is the same in both
+# builds, and run compiled in the suite.
 PURE_TESTS := tests/runtime tests/stages tests/urls tests/integrations tests/ops tests/test_records.py \
 	tests/test_plain.py tests/test_compiled.py
 unit-pure: venv prometheus

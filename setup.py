@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent
 # The modules every record passes through, and what they call per record. Not here: modules whose
 # classes are read for their declared types (settings, streams.config), those with runtime_checkable
 # protocols (streams.runtime.stage, streams.runtime.store), and code that runs once per batch or
-# less, where compiling would save nothing.
+# less, where compiling would save nothing. The page stage's modules are those a page's shard records
+# go through (routing, probes, replies, the gather queue, the decision); its analysis is numpy's.
 COMPILED = (
     "streams/plain.py",
     "streams/records.py",
@@ -47,6 +48,18 @@ COMPILED = (
     "streams/stages/url_dedup/bloom_store.py",
     "streams/urls/canonical.py",
     "streams/urls/host.py",
+    "streams/stages/content_seen/buckets.py",
+    "streams/stages/content_seen/probe.py",
+    "streams/stages/content_seen/gather.py",
+    "streams/stages/content_seen/waiting.py",
+    "streams/stages/content_seen/horizon.py",
+    "streams/stages/content_seen/route.py",
+    "streams/stages/content_seen/shard_records.py",
+    "streams/stages/content_seen/payloads.py",
+    "streams/stages/content_seen/last_verdicts.py",
+    "streams/stages/content_seen/decide.py",
+    "streams/stages/content_seen/relay.py",
+    "streams/stages/content_seen/local.py",
 )
 MANIFEST = ROOT / "streams" / "_compiled.py"
 GROUP = "streams_native"

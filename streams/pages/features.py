@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -58,10 +58,10 @@ DEFAULT_SHINGLE_WORDS = 2
 DEFAULT_CJK_NGRAM_CHARS = 3
 
 Weighting = Literal["log_tf", "tf", "binary"]
-U64Array = npt.NDArray[np.uint64]
-F64Array = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.intp]
-BoolArray = npt.NDArray[np.bool_]
+U64Array: TypeAlias = npt.NDArray[np.uint64]
+F64Array: TypeAlias = npt.NDArray[np.float64]
+IntArray: TypeAlias = npt.NDArray[np.intp]
+BoolArray: TypeAlias = npt.NDArray[np.bool_]
 
 SEPARATOR, WORD, GRAM = 0, 1, 2
 # Scripts written without spaces between words (Unicode block ranges, inclusive).

@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +73,7 @@ SEED: Final = 0x243F6A8885A308D3  # the sketch's hashes are not the SimHash's: p
 _PROBE_STEP: Final = np.uint64(0x9E3779B97F4A7C15)  # odd (2^64 / golden ratio)
 _MAX_ROUNDS: Final = 64
 _HEAD: Final = struct.Struct(">I")
-U64Array = npt.NDArray[np.uint64]
+U64Array: TypeAlias = npt.NDArray[np.uint64]
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from streams.errors import StateError
 from streams.pages.sketch import (
@@ -44,12 +45,12 @@ from streams.pages.sketch import (
     sketch_bits,
 )
 
-LAYOUT = b"3"  # recorded per shard: a shard in another layout is refused, never misread
-ORDER_BYTES = 16
-DIGEST_BYTES = 16
-SLOT_BYTES = 8
-_PAGE_HEAD = struct.Struct(f">16s16s{SKETCH_BYTES}sH")  # order, text digest, sketch, URL length
-MAX_URL_BYTES = 0xFFFF
+LAYOUT: Final = b"3"  # recorded per shard: a shard in another layout is refused, never misread
+ORDER_BYTES: Final = 16
+DIGEST_BYTES: Final = 16
+SLOT_BYTES: Final = 8
+_PAGE_HEAD: Final = struct.Struct(f">16s16s{SKETCH_BYTES}sH")  # order, text digest, sketch, URL length
+MAX_URL_BYTES: Final = 0xFFFF
 
 Record = list["Page"]
 RecordReader = Callable[[int], Record]  # SimHash -> its record's pages ([] when there is none)

@@ -72,10 +72,11 @@ from streams.stages.content_seen.waiting import (
 
 log = logging.getLogger(__name__)
 
-GATHER_KEY = b"meta:gather"
-QUEUE_KEY = b"meta:queue"
-HORIZONS_KEY = b"meta:horizons"  # the first queue entry whose horizon may not be taken yet
-_NUMBER = struct.Struct(">Q")
+GATHER_KEY: Final = b"meta:gather"
+QUEUE_KEY: Final = b"meta:queue"
+_QUEUE_FORMAT: Final = struct.Struct(">QQ?")  # a Queue: head, tail, draining
+HORIZONS_KEY: Final = b"meta:horizons"  # the first queue entry whose horizon may not be taken yet
+_NUMBER: Final = struct.Struct(">Q")
 _OWN, _TAKEN = b"o", b"h"  # a queue entry holds the page's own offset, or its horizon
 DECISIONS_PER_RECORD: Final = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
 
@@ -90,14 +91,12 @@ class Queue:
     tail: int = 0
     draining: bool = False
 
-    _FORMAT = struct.Struct(">QQ?")
-
     def encode(self) -> bytes:
-        return self._FORMAT.pack(self.head, self.tail, self.draining)
+        return _QUEUE_FORMAT.pack(self.head, self.tail, self.draining)
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Queue:
-        return cls(*cls._FORMAT.unpack(raw)) if raw else cls()
+        return cls(*_QUEUE_FORMAT.unpack(raw)) if raw else cls()
 
 
 @dataclass(frozen=True, slots=True)

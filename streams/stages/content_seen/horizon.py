@@ -60,12 +60,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 import orjson
 
 InputId = tuple[int, int]  # (index of the input topic among the stage's route topics, partition)
 Offsets = dict[InputId, int]
-_ENTRY = struct.Struct(">BHQ")  # topic index, partition, offset
+_ENTRY: Final = struct.Struct(">BHQ")  # topic index, partition, offset
 
 
 def _pairs(offsets: Mapping[InputId, int]) -> list[list[int]]:

@@ -78,7 +78,7 @@ from streams.runtime.api import BatchState, InputPositions, OwnedShards
 
 LOCAL_KEY: Final = b"meta:local"  # the token of the last of this worker's records processed here
 NONCE_BYTES: Final = 8
-_COUNTS = struct.Struct(">II")  # assignment epoch, taints
+_COUNTS: Final = struct.Struct(">II")  # assignment epoch, taints
 ASSIGNMENT_BYTES: Final = NONCE_BYTES + 4  # what a direct claim needs of a token
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -36,8 +36,8 @@ from streams import records
 from streams.archives import payload as warc_payload
 from streams.stages.content_seen.buckets import SLOT_BYTES
 
-PAYLOAD_PREFIX = b"y"
-GATHER_PREFIX = b"v"
+PAYLOAD_PREFIX: Final = b"y"
+GATHER_PREFIX: Final = b"v"
 
 
 def payload_sha1(record: Mapping[str, Any]) -> bytes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Final
 
 from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InputPositions, InternalStream, OwnedShards
@@ -29,7 +30,7 @@ from streams.stages.content_seen.shard_records import Drain, Mark, Progress
 
 log = logging.getLogger(__name__)
 
-ROUTING_KEY = b"meta:routing"  # what marks told this shard
+ROUTING_KEY: Final = b"meta:routing"  # what marks told this shard
 DecideHere = Callable[[BatchState, int, bytes], list[Emit]]  # (gather shard's state, its number, order)
 
 

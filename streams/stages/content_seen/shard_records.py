@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import orjson
 
@@ -54,13 +54,14 @@ from streams.stages.content_seen.last_verdicts import LastVerdict
 from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.waiting import decode_head, decode_match, encode_match
 
-_PROBE_HEAD = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")  # order, SimHash, text digest, sketch; then the URL
-_SHARD = struct.Struct(">H")
-_PAYLOAD = struct.Struct(">20sI")  # a payload probe: SHA-1, then the length of its capture's fields
-_LENGTH = struct.Struct(">I")
-_JSON = ord("{")  # a view written before marks had tokens starts here
-_SEEDED = b"H"  # a PageWaits with its router's log ends
-_SEED_LENGTH = struct.Struct(">H")
+# order, SimHash, text digest, sketch; then the URL
+_PROBE_HEAD: Final = struct.Struct(f">16sQ16s{SKETCH_BYTES}s")
+_SHARD: Final = struct.Struct(">H")
+_PAYLOAD: Final = struct.Struct(">20sI")  # a payload probe: SHA-1, then the length of its capture's fields
+_LENGTH: Final = struct.Struct(">I")
+_JSON: Final = ord("{")  # a view written before marks had tokens starts here
+_SEEDED: Final = b"H"  # a PageWaits with its router's log ends
+_SEED_LENGTH: Final = struct.Struct(">H")
 
 
 def _with_token(token: bytes, view: RoutingView) -> bytes:

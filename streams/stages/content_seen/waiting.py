@@ -23,15 +23,15 @@ a reply's match and the replies' progress are packed.
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
 from streams.pages.simhash import to_hex
 from streams.stages.content_seen.buckets import Match
 
-_REPLY_HEAD = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
-_PROGRESS = struct.Struct(">HH")
+_REPLY_HEAD: Final = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
+_PROGRESS: Final = struct.Struct(">HH")
 
 
 class Source(NamedTuple):
