@@ -106,3 +106,13 @@ def test_a_fatal_error_says_what_to_do(log_format: str) -> None:
         line = json.loads(result.stderr)
         assert (line["level"], line["fields"]["error"], line["stage"]) == ("critical", "ConfigError", None)
         assert line["message"].startswith("setting STREAMS_RUNTIME_SHARDS") and line["fields"]["what_to_do"]
+
+
+def test_a_spawned_child_imports_the_main_module_without_the_command_line() -> None:
+    """A ``spawn`` child of ``python -m streams`` (the group describer, a restore process) imports
+    ``streams.__main__`` as ``__mp_main__``: that must not cost it the whole command line."""
+    probe = ("import runpy, sys; runpy.run_module('streams.__main__', run_name='__mp_main__'); "
+             "print('streams.cli' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == "False"
