@@ -238,6 +238,7 @@ class Engine:
         its id (:mod:`streams.runtime.takeover`) in an assignment of a generation without it, which
         the range assignor's eager rebalance completes before the one that lets it in; and librdkafka
         initialises a producer once."""
+        self._warmth.ask_early()  # the group describer's start overlaps the fencing
         self._commit.init_transactions(self._clients.producer(self._producer_config))
         self.lifecycle.warming()
         self._warmth.warm_up(lambda: self._stopping, self.lifecycle.turned)

@@ -69,10 +69,15 @@ class GroupView:
             self._asked_at = time.monotonic()
             self._describer.ask()
 
-    def refresh(self) -> Membership | None:
-        """Ask now and wait for the answer (at an assignment, before joining)."""
+    def ask(self) -> None:
+        """Ask now, without waiting: the next :meth:`refresh` waits for this answer."""
         self._asked_at = time.monotonic()
         self._describer.ask()
+
+    def refresh(self) -> Membership | None:
+        """Ask now (unless a question is outstanding) and wait for the answer (at an assignment,
+        before joining)."""
+        self.ask()
         if not self._describer.wait(self._timeout_s + 1):
             self._unknown("no answer")
             return None

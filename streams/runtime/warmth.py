@@ -76,6 +76,11 @@ class Warmth:
         """Stop asking the coordinator (the describing process ends)."""
         self._view.close()
 
+    def ask_early(self) -> None:
+        """Ask the coordinator for the group now: the describing process starts, and the answer
+        :meth:`warm_up` waits for comes while the worker does its other start-up work."""
+        self._view.ask()
+
     def gained(self, partitions: list[Partition]) -> None:
         """A rebalance gave this worker ``partitions``: the group changed, so look at it again (the
         standbys follow at the next tick), and fence their owners that are gone, before anything of
