@@ -66,8 +66,7 @@ class GroupView:
         if self._describer.wait(0):
             self._take()
         elif time.monotonic() - self._asked_at >= self._interval_s:
-            self._asked_at = time.monotonic()
-            self._describer.ask()
+            self.ask()
 
     def ask(self) -> None:
         """Ask now, without waiting: the next :meth:`refresh` waits for this answer."""
