@@ -2,8 +2,7 @@
 
 The command line is imported only when this runs as the program. Child processes started with
 ``spawn`` (the group describer, restore processes) import this module as ``__mp_main__`` first, and
-importing the whole command line there cost each of them about 0.2 s of CPU before its work, at
-every worker start (``python -X importtime``)."""
+importing the whole command line there delayed each of them, at every worker start."""
 
 if __name__ == "__main__":
     from streams.cli import main

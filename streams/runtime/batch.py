@@ -52,10 +52,8 @@ class BatchState:
 
     def delete(self, key: bytes) -> None:
         """A key written in this batch that the store does not hold leaves nothing to write: no
-        tombstone goes to the changelog for a key it never had. The page stage keeps a waiting
-        page's entries only until its verdict, and with one worker most pages are decided in the
-        transaction they arrived in: each such delete was a changelog record and a RocksDB delete
-        of nothing (three or four a page)."""
+        tombstone goes to the changelog for a key it never had (the page stage's entries of a page
+        decided in the transaction it arrived in, deleted at its verdict)."""
         if key in self.writes and self._store.get(key) is None:
             del self.writes[key]
         else:
