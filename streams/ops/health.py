@@ -53,11 +53,13 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - names, not a b
 
 
 def liveness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:
-    """(alive, facts): the main loop showed a sign of life within ``stall_after_s``."""
-    quiet_s = (time.monotonic() if now is None else now) - lifecycle.last_turn
+    """(alive, facts): the main loop showed a sign of life within ``stall_after_s``. Decided on the
+    age as reported (to the millisecond), so a stalled answer never shows an age of exactly
+    ``stall_after_s``."""
+    quiet_s = round((time.monotonic() if now is None else now) - lifecycle.last_turn, 3)
     alive = quiet_s <= stall_after_s or lifecycle.phase == "stopped"
     return alive, {"status": "ok" if alive else "stalled", "phase": lifecycle.phase,
-                   "seconds_since_loop_turned": round(quiet_s, 3), "stall_after_s": stall_after_s}
+                   "seconds_since_loop_turned": quiet_s, "stall_after_s": stall_after_s}
 
 
 def readiness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:

@@ -117,6 +117,16 @@ def test_probes_through_the_phases() -> None:
     assert not readiness(lifecycle, 10)[0]
 
 
+@pytest.mark.parametrize(("quiet_s", "alive"), [(10.0004, True), (10.0006, False), (11.0, False)])
+def test_a_stalled_answer_reports_an_age_past_the_limit(quiet_s: float, alive: bool) -> None:
+    """Within the reported precision of the limit the loop counts as alive: a stalled answer never
+    says its age is the limit itself."""
+    lifecycle = _lifecycle()
+    answer, facts = liveness(lifecycle, 10, lifecycle.last_turn + quiet_s)
+    assert answer is alive and facts["status"] == ("ok" if alive else "stalled")
+    assert (facts["seconds_since_loop_turned"] > 10) is not alive
+
+
 def _get(port: int, path: str) -> tuple[int, dict[str, object]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
