@@ -17,15 +17,23 @@ from streams.runtime.store import PartitionStore
 class Emit:
     """One record to produce. ``partition=None`` leaves it to the murmur2 partitioner.
 
-    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, several times
-    the cost of a plain one, on a path run once per routed URL (docs/decisions/0002, "The Emit
-    record, measured").
+    Not frozen, and its ``__init__`` written out: a frozen dataclass sets each field through
+    ``object.__setattr__``, and even a plain one's generated ``__init__`` runs interpreted in a
+    compiled module, several times the cost of this one, on a path run once per routed URL
+    (docs/decisions/0002, "Records built on the hot path, measured").
     """
 
     topic: str
     value: bytes | None
     key: bytes | None = None
     partition: int | None = None
+
+    def __init__(self, topic: str, value: bytes | None, key: bytes | None = None,
+                 partition: int | None = None) -> None:
+        self.topic = topic
+        self.value = value
+        self.key = key
+        self.partition = partition
 
 
 class BatchState:

@@ -56,9 +56,14 @@ Record = list["Page"]
 RecordReader = Callable[[int], Record]  # SimHash -> its record's pages ([] when there is none)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Page:
-    """One stored page, or the page a probe looks up; ``sketch`` is :meth:`Sketch.encode`'s bytes."""
+    """One stored page, or the page a probe looks up; ``sketch`` is :meth:`Sketch.encode`'s bytes.
+
+    Its ``__init__`` is written out, and it is not frozen: compiled, that builds one in about a
+    tenth of the time the dataclass's own ``__init__`` takes (docs/decisions/0002, "Records built
+    on the hot path, measured"); every record a probe reads is decoded into these. Never changed
+    once built, as the other records written so."""
 
     order: bytes
     simhash: int
@@ -66,22 +71,36 @@ class Page:
     url: str
     sketch: bytes
 
+    def __init__(self, order: bytes, simhash: int, text_digest: bytes, url: str, sketch: bytes) -> None:
+        self.order = order
+        self.simhash = simhash
+        self.text_digest = text_digest
+        self.url = url
+        self.sketch = sketch
+
     def encode(self) -> bytes:
         """The page as its SimHash's record stores it (the SimHash is the record's key)."""
         url = self.url.encode("utf-8", "surrogatepass")[:MAX_URL_BYTES]
         return _PAGE_HEAD.pack(self.order, self.text_digest, self.sketch, len(url)) + url
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Match:
     """An earlier page met: exact copies first, then the most agreeing sketch bins, then the nearest
-    SimHash, then the earliest (:func:`streams.pages.sketch.match_rank`)."""
+    SimHash, then the earliest (:func:`streams.pages.sketch.match_rank`). Built as :class:`Page` is."""
 
     order: bytes
     url: str
     distance: int
     exact: bool
     agreement: int  # sketch bins that agree, of 256 (all of them for an exact copy)
+
+    def __init__(self, order: bytes, url: str, distance: int, exact: bool, agreement: int) -> None:
+        self.order = order
+        self.url = url
+        self.distance = distance
+        self.exact = exact
+        self.agreement = agreement
 
     def rank(self) -> tuple[bool, int, int, bytes]:
         return (not self.exact, -self.agreement, self.distance, self.order)
@@ -129,13 +148,17 @@ def encode_record(pages: Record) -> bytes:
     return b"".join(page.encode() for page in pages)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Meeting:
     """What a probe met in a bucket: the best earlier page for the probing page, and the later pages
-    it must tell about itself (each with the probing page as their match)."""
+    it must tell about itself (each with the probing page as their match). Built as :class:`Page` is."""
 
     best: Match | None
     later: list[tuple[bytes, Match]]
+
+    def __init__(self, best: Match | None, later: list[tuple[bytes, Match]]) -> None:
+        self.best = best
+        self.later = later
 
 
 def meet(bucket: list[int], page: Page, read: RecordReader,

@@ -91,6 +91,11 @@ class Queue:
     tail: int = 0
     draining: bool = False
 
+    def __init__(self, head: int = 0, tail: int = 0, draining: bool = False) -> None:
+        self.head = head
+        self.tail = tail
+        self.draining = draining
+
     def encode(self) -> bytes:
         return _QUEUE_FORMAT.pack(self.head, self.tail, self.draining)
 
@@ -99,13 +104,19 @@ class Queue:
         return cls(*_QUEUE_FORMAT.unpack(raw)) if raw else cls()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
-    """A page whose verdict can be given now: its head and its best match."""
+    """A page whose verdict can be given now: its head and its best match. Its ``__init__`` and
+    :class:`Queue`'s are written out as :class:`~streams.stages.content_seen.buckets.Page` says why."""
 
     head: dict[str, Any]
     best: Match | None
     first: Capture | None = None
+
+    def __init__(self, head: dict[str, Any], best: Match | None, first: Capture | None = None) -> None:
+        self.head = head
+        self.best = best
+        self.first = first
 
 
 def queue_key(number: int) -> bytes:

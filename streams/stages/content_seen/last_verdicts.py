@@ -38,14 +38,22 @@ def url_key(url: str) -> bytes | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class LastVerdict:
-    """A page's verdict, to the shard of its URL's key (the record's key)."""
+    """A page's verdict, to the shard of its URL's key (the record's key). Built as
+    :class:`~streams.stages.content_seen.buckets.Page` is."""
 
     order: bytes
     verdict: str
     distance: int | None = None
     duplicate_of: str = ""
+
+    def __init__(self, order: bytes, verdict: str, distance: int | None = None,
+                 duplicate_of: str = "") -> None:
+        self.order = order
+        self.verdict = verdict
+        self.distance = distance
+        self.duplicate_of = duplicate_of
 
     def encode(self) -> bytes:
         distance = NO_DISTANCE if self.distance is None else min(self.distance, NO_DISTANCE - 1)

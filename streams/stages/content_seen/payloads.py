@@ -49,15 +49,22 @@ def payload_sha1(record: Mapping[str, Any]) -> bytes:
     return warc_payload.sha1_of(warc_payload.entity_body(raw, transfer))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Capture:
     """A page as a first capture: order key, URL, ``fetched_at`` (RFC 3339, None when unknown) and
-    WARC-Record-ID (None unless it came from a WARC)."""
+    WARC-Record-ID (None unless it came from a WARC). Built as
+    :class:`~streams.stages.content_seen.buckets.Page` is."""
 
     order: bytes
     url: str
     fetched_at: str | None
     record_id: str | None
+
+    def __init__(self, order: bytes, url: str, fetched_at: str | None, record_id: str | None) -> None:
+        self.order = order
+        self.url = url
+        self.fetched_at = fetched_at
+        self.record_id = record_id
 
     def fields(self) -> list[object]:
         return [self.order.hex(), self.url, self.fetched_at, self.record_id]
@@ -92,15 +99,20 @@ def encode_entry(captures: list[Capture]) -> bytes:
     return orjson.dumps([capture.fields() for capture in captures])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PayloadMeeting:
     """What a capture met under its payload: its first capture (the earliest earlier one), the later
     captures to notify (each of which has this capture as an earlier one), and the entry with this
-    capture in it (None when it need not change)."""
+    capture in it (None when it need not change). Built as :class:`Capture` is."""
 
     first: Capture | None
     later: list[Capture]
     grown: list[Capture] | None
+
+    def __init__(self, first: Capture | None, later: list[Capture], grown: list[Capture] | None) -> None:
+        self.first = first
+        self.later = later
+        self.grown = grown
 
 
 def meet_payload(stored: list[Capture], capture: Capture, max_entries: int) -> PayloadMeeting:

@@ -37,6 +37,10 @@ this stage that was measured to cost time: a page's records then reach a worker 
 a batch more often finds one half of them not yet fetched and waits for the rest (the figures are
 in docs/decisions/0007-one-shape-for-every-stage.md). The runtime frames each record with its type
 (:class:`streams.runtime.api.InternalTopic`) and hands it, decoded, to its processor.
+
+The records a page makes (all but marks, progress, drain and decide records, one a transaction)
+write their ``__init__`` out and are not frozen, as :class:`~streams.stages.content_seen.buckets.Page`
+says why; none is changed once built.
 """
 
 from __future__ import annotations
@@ -78,11 +82,14 @@ def _token_and_view(raw: bytes) -> tuple[bytes, RoutingView]:
     return raw[1:end], RoutingView.decode(raw[end:])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Probe:
     """A page looked up in one table (the record's key is the table key)."""
 
     page: Page
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
 
     def encode(self) -> bytes:
         page = self.page
@@ -114,7 +121,7 @@ class Mark:
         return cls(view, token)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PageWaits:
     """A page's head (JSON, :func:`streams.stages.content_seen.waiting.encode_head`), stored as it
     comes, its input record's value when it travels along (else empty), and the log ends its
@@ -126,6 +133,11 @@ class PageWaits:
     head: bytes
     carried: bytes = b""
     seed: bytes = b""
+
+    def __init__(self, head: bytes, carried: bytes = b"", seed: bytes = b"") -> None:
+        self.head = head
+        self.carried = carried
+        self.seed = seed
 
     def encode(self) -> bytes:
         body = self.head + b"\n" + self.carried if self.carried else self.head
@@ -145,11 +157,14 @@ class PageWaits:
         return decode_head(self.head)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Reply:
     """One table's answer to a page's probe: the best earlier page it met, if any."""
 
     best: Match | None
+
+    def __init__(self, best: Match | None) -> None:
+        self.best = best
 
     def encode(self) -> bytes:
         return encode_match(self.best)
@@ -159,11 +174,14 @@ class Reply:
         return cls(decode_match(raw))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Notice:
     """An earlier page met this one in a bucket, probed after it."""
 
     match: Match
+
+    def __init__(self, match: Match) -> None:
+        self.match = match
 
     def encode(self) -> bytes:
         return encode_match(self.match)
@@ -218,7 +236,7 @@ class Decide:
         return cls()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PayloadProbe:
     """The probe of a page's first table, and the page as a capture of the payload of SHA-1 ``sha1``
     (its order key and URL are the page's)."""
@@ -227,6 +245,12 @@ class PayloadProbe:
     sha1: bytes
     fetched_at: str | None
     record_id: str | None
+
+    def __init__(self, probe: Probe, sha1: bytes, fetched_at: str | None, record_id: str | None) -> None:
+        self.probe = probe
+        self.sha1 = sha1
+        self.fetched_at = fetched_at
+        self.record_id = record_id
 
     def capture(self) -> Capture:
         page = self.probe.page
@@ -244,12 +268,16 @@ class PayloadProbe:
         return cls(Probe.decode(raw[start + length:]), sha1, fetched_at, record_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PayloadReply:
     """A first table's reply (:class:`Reply`'s best earlier page) and the page's first capture."""
 
     best: Match | None
     first: Capture | None
+
+    def __init__(self, best: Match | None, first: Capture | None) -> None:
+        self.best = best
+        self.first = first
 
     def encode(self) -> bytes:
         first = self.first.encode() if self.first is not None else b""
@@ -262,11 +290,14 @@ class PayloadReply:
         return cls(decode_match(raw[start + length:]), Capture.decode(raw[start:start + length]))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PayloadNotice:
     """An earlier capture of this page's payload, probed after it."""
 
     first: Capture
+
+    def __init__(self, first: Capture) -> None:
+        self.first = first
 
     def encode(self) -> bytes:
         return self.first.encode()
