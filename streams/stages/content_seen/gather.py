@@ -2,15 +2,18 @@
 
 :class:`Gatherer` is the processor of the :class:`PageWaits`, :class:`Reply`, :class:`Notice`,
 :class:`Progress` and :class:`Drain` records
-(:mod:`streams.stages.content_seen.shard_records`); the functions below are the state they keep.
+(:mod:`streams.stages.content_seen.shard_records`); the functions below, and
+:mod:`streams.stages.content_seen.waiting`'s for what a page has heard, are the state they keep.
 
 State keys of a gather shard (besides the block tables, :mod:`streams.stages.content_seen.buckets`):
 
 - ``p`` + order: the waiting page's head (:mod:`streams.stages.content_seen.waiting`);
-- ``w`` + order: a queued page's replies so far and expected, and the best earlier page met in its
-  replies and notices;
-- ``v`` + order: a queued page's first capture, the earliest earlier capture of its payload met in
-  its payload reply and notices (:mod:`streams.stages.content_seen.payloads`), once one is met;
+- ``w`` + order: a queued page's :class:`~streams.stages.content_seen.waiting.Replies`: its replies
+  so far and expected, the best earlier page met in its replies and notices, and its first
+  capture, the earliest earlier capture of its payload met in its payload reply and notices
+  (:mod:`streams.stages.content_seen.payloads`);
+- ``v`` + order: the first capture of a page queued by an earlier version, whose ``w`` has no room
+  for it (read and deleted at its verdict; none is written now);
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
@@ -50,7 +53,7 @@ from streams.stages.content_seen.horizon import (
     encode_horizon,
 )
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
+from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture
 from streams.stages.content_seen.shard_records import (
     Drain,
     Notice,
@@ -62,11 +65,13 @@ from streams.stages.content_seen.shard_records import (
 )
 from streams.stages.content_seen.waiting import (
     PageCache,
+    Replies,
     Source,
-    better,
     decode_head,
-    decode_progress,
-    encode_progress,
+    hear,
+    notice,
+    replies,
+    reply,
     source_of,
 )
 
@@ -136,7 +141,7 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, pla
     horizon = None if known is None else _horizon_at_arrival(state, queue, number, own, known, shard_count)
     entry = _OWN + encode_horizon(own) if horizon is None else _TAKEN + encode_horizon(horizon)
     state.set(queue_key(number), order + entry)
-    state.set(b"w" + order, encode_progress(0, tables, None))
+    state.set(b"w" + order, Replies(0, tables).encode())
     state.set(QUEUE_KEY, queue.encode())
 
 
@@ -174,31 +179,9 @@ def _known(raw: bytes | None, shard_count: int) -> tuple[GatherView, Offsets | N
     return view, view.coverage(shard_count)
 
 
-def reply(state: BatchState, order: bytes, found: Match | None) -> bool:
-    """Count a reply (``found``: the best earlier page it met); whether all the page's are in now."""
-    queued = state.get(b"w" + order)
-    if queued is None:
-        raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
-    count, tables, best = decode_progress(queued)
-    state.set(b"w" + order, encode_progress(count + 1, tables, better(best, found)))
-    return count + 1 == tables
-
-
 def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
     """The head of a page waiting here (``{}`` when none is)."""
     return decode_head(state.get(b"p" + order) or b"{}")
-
-
-def notice(state: BatchState, order: bytes, found: Match) -> bool:
-    """An earlier page met this queued one in a bucket: kept as its best match if better. False when
-    the page was decided already (the notice came after its horizon: it stays as decided)."""
-    progress = state.get(b"w" + order)
-    if progress is None:
-        return False
-    count, tables, best = decode_progress(progress)
-    if better(best, found) is not best:
-        state.set(b"w" + order, encode_progress(count, tables, found))
-    return True
 
 
 def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tuple[int, RoutingView]],
@@ -274,31 +257,19 @@ def _take_horizons(state: BatchState, queue: Queue, view: GatherView,
 
 def take(state: BatchState, order: bytes) -> Ready:
     """A page off the queue, to be decided now: its head and best match (removed from the state)."""
-    stored, progress = state.get(b"p" + order), state.get(b"w" + order)
-    if stored is None or progress is None:
+    stored, heard = state.get(b"p" + order), replies(state, order)
+    if stored is None or heard is None:
         raise RecordRejected("invalid_shard_record", f"queued page {order.hex()} has no head")
-    count, tables, best = decode_progress(progress)
-    if count < tables:  # every reply precedes the progress that covers the page: a lost probe
-        log.warning("page %s decided with %d of %d replies", order.hex(), count, tables)
+    if heard.count < heard.tables:  # every reply precedes the progress that covers the page: a lost probe
+        log.warning("page %s decided with %d of %d replies", order.hex(), heard.count, heard.tables)
     state.delete(b"p" + order)
     state.delete(b"w" + order)
-    first = Capture.decode(state.get(GATHER_PREFIX + order))
-    if first is not None:
-        state.delete(GATHER_PREFIX + order)
-    return Ready(decode_head(stored), best, first)
-
-
-def first_capture(state: BatchState, order: bytes, found: Capture | None) -> bool:
-    """A first capture of a queued page's payload met (a payload reply's or notice's): kept when it
-    is earlier than the one kept. False when the page was decided already, as :func:`notice`."""
-    if state.get(b"w" + order) is None:
-        return False
-    if found is not None:
-        key = GATHER_PREFIX + order
-        current = Capture.decode(state.get(key))
-        if earlier_of(current, found) is not current:
-            state.set(key, found.encode())
-    return True
+    first = heard.first
+    if not heard.holds_first:  # queued by an earlier version
+        first = Capture.decode(state.get(GATHER_PREFIX + order))
+        if first is not None:
+            state.delete(GATHER_PREFIX + order)
+    return Ready(decode_head(stored), heard.best, first)
 
 
 class Gatherer:
@@ -364,16 +335,17 @@ class Gatherer:
         gather = shards.shard_of(order)
         state = self._owned.state(gather)
         if state is not None:
-            if state.get(b"w" + order) is not None:
+            heard = replies(state, order)
+            if heard is not None:
                 if isinstance(told, Reply):
-                    self._replied(state, order, told.best)
+                    self._replied(state, order, heard, told.best, None)
                 elif isinstance(told, PayloadReply):
-                    first_capture(state, order, told.first)
-                    self._replied(state, order, told.best)
+                    self._replied(state, order, heard, told.best, told.first)
                 elif isinstance(told, PayloadNotice):
-                    first_capture(state, order, told.first)
+                    hear(state, order, heard, None, told.first, False)
                 else:
-                    self.races["in_time" if notice(state, order, told.match) else "late"] += 1
+                    hear(state, order, heard, told.match, None, False)
+                    self.races["in_time"] += 1
                 return []
             if isinstance(told, Notice | PayloadNotice) and self._ownership.alone():
                 self.races["late"] += isinstance(told, Notice)
@@ -382,24 +354,27 @@ class Gatherer:
         return [shards.send(told, order, gather)]
 
     def reply(self, record: Reply, message: Message, state: BatchState) -> list[Emit]:
-        self._replied(state, message.key() or b"", record.best)
+        self._replied(state, message.key() or b"", None, record.best, None)
         return []
 
-    def _replied(self, state: BatchState, order: bytes, best: Match | None) -> None:
-        """Count a reply; once all are in, the page waits for its horizon only: its record may leave
-        memory first."""
-        if reply(state, order, best):
+    def _replied(self, state: BatchState, order: bytes, heard: Replies | None, best: Match | None,
+                 first: Capture | None) -> None:
+        """Count a reply (``heard``: what the page heard so far, when read already); once all are in,
+        the page waits for its horizon only: its record may leave memory first."""
+        if heard is None:
+            done = reply(state, order, best, first)
+        else:
+            done = hear(state, order, heard, best, first, True)
+        if done:
             self._pages.park(source_of(waiting_head(state, order)))
 
     def payload_reply(self, record: PayloadReply, message: Message, state: BatchState) -> list[Emit]:
-        order = message.key() or b""
-        first_capture(state, order, record.first)
-        self._replied(state, order, record.best)
+        self._replied(state, message.key() or b"", None, record.best, record.first)
         return []
 
     def payload_notice(self, record: PayloadNotice, message: Message, state: BatchState) -> list[Emit]:
         """Not counted among the races: its page's text notice is (a byte-identical copy is an exact one)."""
-        first_capture(state, message.key() or b"", record.first)
+        notice(state, message.key() or b"", first=record.first)
         return []
 
     def notice(self, record: Notice, message: Message, state: BatchState) -> list[Emit]:

@@ -15,23 +15,33 @@ sends the value along in the page's shard record, where the gather shard's owner
 whose value is not there any more (the worker restarted or the shard moved before the verdict, or
 the cache dropped it) is read back from the input topic by its source.
 
+What a queued page has heard (its replies, the best earlier page they and its notices met, its
+payload's first capture) is one value, :class:`Replies`, read and changed by :func:`hear` on each
+reply and notice.
+
 Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``,
 and ``payload`` when payloads are looked up);
-a reply's match and the replies' progress are packed.
+a reply's match and a page's :class:`Replies` are packed.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 import orjson
 
+from streams.errors import RecordRejected
 from streams.pages.simhash import to_hex
+from streams.runtime.api import BatchState
 from streams.stages.content_seen.buckets import Match
+from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
 
 _REPLY_HEAD: Final = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
-_PROGRESS: Final = struct.Struct(">HH")
+_PROGRESS: Final = struct.Struct(">HH")  # replies counted, replies expected (with the flag below)
+_HOLDS_FIRST: Final = 0x8000  # set in the replies expected: the first capture follows, its length first
+_CAPTURE_LENGTH: Final = struct.Struct(">I")
 
 
 class Source(NamedTuple):
@@ -88,13 +98,100 @@ def better(current: Match | None, found: Match | None) -> Match | None:
     return found if found.rank() < current.rank() else current
 
 
-def encode_progress(count: int, tables: int, best: Match | None) -> bytes:
-    return _PROGRESS.pack(count, tables) + encode_match(best)
+@dataclass(slots=True)
+class Replies:
+    """What a queued page has heard: ``count`` of its ``tables`` replies, the best earlier page met
+    in them and in its notices, and the first capture of its payload met in its payload reply and
+    notices (:mod:`streams.stages.content_seen.payloads`).
+
+    ``holds_first``: the first capture is kept here, as this version writes every page's. A value
+    an earlier version wrote has no room for it: that page's first capture is under a key of its
+    own (``v`` + order, :mod:`streams.stages.content_seen.gather`), and stays there until its
+    verdict. Kept apart, it cost every page a store read at its verdict and a page with a first
+    capture two changelog records more (a write and a tombstone); kept here, it rides on the
+    value each reply rewrites anyway. Its ``__init__`` is written out as
+    :class:`~streams.stages.content_seen.buckets.Page` says why."""
+
+    count: int
+    tables: int
+    best: Match | None = None
+    first: Capture | None = None
+    holds_first: bool = True
+
+    def __init__(self, count: int, tables: int, best: Match | None = None, first: Capture | None = None,
+                 holds_first: bool = True) -> None:
+        self.count = count
+        self.tables = tables
+        self.best = best
+        self.first = first
+        self.holds_first = holds_first
+
+    def encode(self) -> bytes:
+        if not self.holds_first:
+            return _PROGRESS.pack(self.count, self.tables) + encode_match(self.best)
+        first = b"" if self.first is None else self.first.encode()
+        return (_PROGRESS.pack(self.count, self.tables | _HOLDS_FIRST) + _CAPTURE_LENGTH.pack(len(first))
+                + first + encode_match(self.best))
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Replies:
+        count, tables = _PROGRESS.unpack_from(raw)
+        if not tables & _HOLDS_FIRST:
+            return cls(count, tables, decode_match(raw[_PROGRESS.size:]), None, False)
+        (length,) = _CAPTURE_LENGTH.unpack_from(raw, _PROGRESS.size)
+        start = _PROGRESS.size + _CAPTURE_LENGTH.size
+        return cls(count, tables & ~_HOLDS_FIRST, decode_match(raw[start + length:]),
+                   Capture.decode(raw[start:start + length]))
 
 
-def decode_progress(raw: bytes) -> tuple[int, int, Match | None]:
-    count, tables = _PROGRESS.unpack_from(raw)
-    return count, tables, decode_match(raw[_PROGRESS.size:])
+def replies(state: BatchState, order: bytes) -> Replies | None:
+    """What the page of ``order`` has heard, or None when it does not wait here (decided already)."""
+    raw = state.get(b"w" + order)
+    return None if raw is None else Replies.decode(raw)
+
+
+def hear(state: BatchState, order: bytes, heard: Replies, found: Match | None, first: Capture | None,
+         replied: bool) -> bool:
+    """What a queued page heard (``heard``, read from its state) with a reply counted when
+    ``replied``, ``found`` kept as its best match when better, and ``first`` as its first capture
+    when earlier; written back when it changed. Whether all its replies are in now."""
+    changed = replied
+    heard.count += int(replied)
+    best = better(heard.best, found)
+    if best is not heard.best:
+        heard.best, changed = best, True
+    if first is not None and heard.holds_first:
+        earliest = earlier_of(heard.first, first)
+        if earliest is not heard.first:
+            heard.first, changed = earliest, True
+    elif first is not None:  # a page an earlier version queued: its first capture is apart
+        key = GATHER_PREFIX + order
+        current = Capture.decode(state.get(key))
+        if earlier_of(current, first) is not current:
+            state.set(key, first.encode())
+    if changed:
+        state.set(b"w" + order, heard.encode())
+    return replied and heard.count == heard.tables
+
+
+def reply(state: BatchState, order: bytes, found: Match | None, first: Capture | None = None) -> bool:
+    """Count a reply (``found``: the best earlier page it met; ``first``: the page's first capture, a
+    payload reply's); whether all the page's are in now."""
+    heard = replies(state, order)
+    if heard is None:
+        raise RecordRejected("orphan_reply", f"no waiting page for order key {order.hex()}")
+    return hear(state, order, heard, found, first, True)
+
+
+def notice(state: BatchState, order: bytes, found: Match | None = None, first: Capture | None = None) -> bool:
+    """An earlier page met this queued one in a bucket (``found``), or an earlier capture of its
+    payload (``first``, a payload notice's): kept if better. False when the page was decided
+    already (the notice came after its horizon: it stays as decided)."""
+    heard = replies(state, order)
+    if heard is None:
+        return False
+    hear(state, order, heard, found, first, False)
+    return True
 
 
 class PageCache:

@@ -4,6 +4,8 @@ covered, the queue is decided from its front."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from streams.errors import RecordRejected
 from streams.runtime.batch import BatchState
 from streams.runtime.store import MemoryStore
-from streams.stages.content_seen import gather
+from streams.stages.content_seen import gather, waiting
 from streams.stages.content_seen.buckets import Match, order_key
 from streams.stages.content_seen.horizon import (
     GatherView,
@@ -20,7 +22,9 @@ from streams.stages.content_seen.horizon import (
     decode_horizon,
     encode_horizon,
 )
+from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.shard_records import PageWaits
+from streams.stages.content_seen.waiting import Replies
 
 places = st.tuples(st.integers(0, 3), st.integers(0, 40))
 offset_maps = st.dictionaries(places, st.integers(0, 2**40), max_size=8)
@@ -96,7 +100,7 @@ def _progress(store: MemoryStore, shard: int, routed: int, ends: int, limit: int
 
 def _reply(store: MemoryStore, order: bytes, match: Match | None = None) -> bool:
     state = BatchState(store)
-    replied = gather.reply(state, order, match)
+    replied = waiting.reply(state, order, match)
     store.apply(state.writes, None)
     return replied
 
@@ -110,12 +114,12 @@ def test_a_queued_page_is_decided_once_its_horizon_is_covered_with_its_best_matc
     assert _progress(store, 0, routed=1, ends=6) == ([], False)  # own offset covered: horizon 6 taken
     state = BatchState(store)
     first = Match(order_key(0, 0, 4), "https://first.example/", 2, False, 200)
-    assert gather.notice(state, page, first)
+    assert waiting.notice(state, page, first)
     store.apply(state.writes, None)
     found, drain = _progress(store, 0, routed=6, ends=6)
     assert [ready.best.url for ready in found if ready.best] == ["https://first.example/"] and not drain
     state = BatchState(store)
-    assert not gather.notice(state, page, earlier)  # too late: decided
+    assert not waiting.notice(state, page, earlier)  # too late: decided
     assert store.get(b"p" + page) is None and store.get(b"w" + page) is None
 
 
@@ -207,12 +211,62 @@ def _entries(store: MemoryStore) -> list[bytes]:
 def test_a_reply_for_a_page_that_is_not_waiting_is_refused() -> None:
     state = BatchState(MemoryStore())
     with pytest.raises(RecordRejected, match="no waiting page"):
-        gather.reply(state, order_key(1, 0, 0), None)
+        waiting.reply(state, order_key(1, 0, 0), None)
 
 
 def test_a_notice_for_a_page_that_is_not_queued_changes_nothing() -> None:
     store = MemoryStore()
     state = BatchState(store)
     match = Match(order_key(0, 0, 0), "https://a.example/", 1, False, 256)
-    assert not gather.notice(state, order_key(1, 0, 0), match)
+    assert not waiting.notice(state, order_key(1, 0, 0), match)
     assert state.writes == {}
+
+
+# -- what a queued page has heard ---------------------------------------------------------------------
+
+_EARLIER = Match(order_key(1, 0, 5), "https://earlier.example/", 2, False, 200)
+_CAPTURE = Capture(order_key(1, 0, 5), "https://earlier.example/", "2026-11-29T07:00:00Z", None)
+_FIRST = Capture(order_key(0, 0, 1), "https://first.example/", None, "<urn:uuid:1>")
+
+
+@pytest.mark.parametrize("heard", [
+    Replies(0, 10),
+    Replies(3, 10, _EARLIER),
+    Replies(10, 10, _EARLIER, _CAPTURE),
+    Replies(1, 1, None, _FIRST),
+    Replies(2, 10, _EARLIER, None, holds_first=False),  # as an earlier version wrote it
+])
+def test_what_a_page_heard_reads_back_as_written(heard: Replies) -> None:
+    assert Replies.decode(heard.encode()) == heard
+
+
+def test_a_page_keeps_its_first_capture_with_its_replies_and_no_key_apart() -> None:
+    store = MemoryStore()
+    page = _arrive(store, 10, offset=0, tables=1)
+    state = BatchState(store)
+    assert waiting.notice(state, page, first=_CAPTURE)
+    assert waiting.reply(state, page, None, _FIRST)  # a payload reply with an earlier capture
+    assert waiting.notice(state, page, first=_CAPTURE)  # a later one changes nothing
+    assert set(state.writes) == {b"w" + page}
+    store.apply(state.writes, None)
+    state = BatchState(store)
+    ready = gather.take(state, page)
+    assert ready.first == _FIRST and b"v" + page not in state.writes
+
+
+def test_a_page_an_earlier_version_queued_keeps_its_first_capture_apart() -> None:
+    """Its replies were written without room for a first capture: that stays under ``v`` + order,
+    is kept earliest there, and is read and deleted at the verdict."""
+    store = MemoryStore()
+    page = _arrive(store, 10, offset=0, tables=2)
+    earlier = struct.pack(">HH", 1, 2) + waiting.encode_match(_EARLIER)  # an earlier version's value
+    store.apply({b"w" + page: earlier, b"v" + page: _CAPTURE.encode()}, None)
+    state = BatchState(store)
+    assert waiting.reply(state, page, None, _FIRST)
+    assert Capture.decode(state.writes[b"v" + page]) == _FIRST
+    assert Replies.decode(state.writes[b"w" + page]) == Replies(2, 2, _EARLIER, None, holds_first=False)
+    store.apply(state.writes, None)
+    state = BatchState(store)
+    ready = gather.take(state, page)
+    assert (ready.best, ready.first) == (_EARLIER, _FIRST)
+    assert state.writes[b"v" + page] is None
