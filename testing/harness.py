@@ -259,6 +259,7 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
         while progress() < target and process.poll() is None:
             if time.monotonic() > deadline:
                 process.kill()
+                process.wait()
                 raise TimeoutError(f"no progress to {target} in time; see {log_path}")
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.4))
@@ -285,6 +286,7 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
                 break
         if time.monotonic() > deadline:
             process.kill()
+            process.wait()
             raise TimeoutError(f"worker did not finish in time; see {log_path}")
         if process.poll() is not None:
             report.exits += 1
@@ -297,8 +299,9 @@ def run_with_kills(command: Sequence[str], progress: Callable[[], int], total: i
     process.send_signal(signal.SIGTERM)
     try:
         process.wait(30)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # reaped too, or the test fails on the Popen's ResourceWarning
         process.kill()
+        process.wait()
     report.stop_s = time.monotonic() - stopping
     return report
 
@@ -323,6 +326,7 @@ def _wait_for_resume(process: subprocess.Popen[bytes], progress: Callable[[], in
     while progress() <= point and process.poll() is None:
         if time.monotonic() > deadline:
             process.kill()
+            process.wait()
             raise TimeoutError(f"no progress after a restart in time; see {log_path}")
         time.sleep(0.05)
     if process.poll() is None:
