@@ -21,7 +21,6 @@ Nexus proxy) instead of Maven Central; the checksums are the same either way.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -29,8 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -169,6 +166,12 @@ def _move_into_place(staging: Path, target: Path) -> None:
 
 
 def _download(artifact: Artifact, source: str, directory: Path, advance: Callable[[int], None]) -> None:
+    # Imported here: every worker imports this module (the broker's address when none is set), and
+    # the HTTP client was about half of what that import cost at each start (python -X importtime).
+    import http.client
+    import urllib.error
+    import urllib.request
+
     url = artifact.url(source)
     digest = hashlib.sha256()
     received = 0
