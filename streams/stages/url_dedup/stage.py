@@ -119,6 +119,7 @@ class UrlDedupStage:
         self._expire_after_ms = self._expiry.after_ms
         self._memory_window_ms = memory_window_ms(self._expiry)
         self._memory_until_ms = 0
+        self._head_ms, self._head = -1, b""  # the last mark head packed (_mark_head)
         self._owned = OwnedShards({})
         self._shard_count = 1
         self._shards_topic = ""
@@ -269,9 +270,16 @@ class UrlDedupStage:
         """The first sighting: the seen mark keeps the URL itself (with its crawl's name, as it was
         hashed: :func:`~streams.urls.canonical.scoped`), so the set can be re-fingerprinted when
         canonicalization changes (``url-dedup-migrate``), and the time it was marked seen."""
-        state.set(key, _MARK_HEAD.pack(_TIMED, self._now_ms()) + scoped_url.encode() if self._keep_urls
-                  else b"")
+        state.set(key, self._mark_head() + scoped_url.encode() if self._keep_urls else b"")
         self.decisions["new"] += 1
+
+    def _mark_head(self) -> bytes:
+        """A mark's head for now, packed once a millisecond: new URLs come tens a millisecond, and
+        packing each one's was about a fifth of what marking it seen cost (a native profile)."""
+        now = self._now_ms()
+        if now != self._head_ms:
+            self._head_ms, self._head = now, _MARK_HEAD.pack(_TIMED, now)
+        return self._head
 
     def status(self, store: PartitionStore, key: bytes) -> dict[str, Any]:
         """What shard ``store`` says of fingerprint ``key``, from its committed state (a worker's
