@@ -338,9 +338,9 @@ class Gatherer:
             heard = replies(state, order)
             if heard is not None:
                 if isinstance(told, Reply):
-                    self._replied(state, order, heard, told.best, None)
+                    self._all_in(state, order, hear(state, order, heard, told.best, None, True))
                 elif isinstance(told, PayloadReply):
-                    self._replied(state, order, heard, told.best, told.first)
+                    self._all_in(state, order, hear(state, order, heard, told.best, told.first, True))
                 elif isinstance(told, PayloadNotice):
                     hear(state, order, heard, None, told.first, False)
                 else:
@@ -354,22 +354,19 @@ class Gatherer:
         return [shards.send(told, order, gather)]
 
     def reply(self, record: Reply, message: Message, state: BatchState) -> list[Emit]:
-        self._replied(state, message.key() or b"", None, record.best, None)
+        order = message.key() or b""
+        self._all_in(state, order, reply(state, order, record.best))
         return []
 
-    def _replied(self, state: BatchState, order: bytes, heard: Replies | None, best: Match | None,
-                 first: Capture | None) -> None:
-        """Count a reply (``heard``: what the page heard so far, when read already); once all are in,
-        the page waits for its horizon only: its record may leave memory first."""
-        if heard is None:
-            done = reply(state, order, best, first)
-        else:
-            done = hear(state, order, heard, best, first, True)
+    def _all_in(self, state: BatchState, order: bytes, done: bool) -> None:
+        """A reply counted; once all are in (``done``), the page waits for its horizon only: its
+        record may leave memory first."""
         if done:
             self._pages.park(source_of(waiting_head(state, order)))
 
     def payload_reply(self, record: PayloadReply, message: Message, state: BatchState) -> list[Emit]:
-        self._replied(state, message.key() or b"", None, record.best, record.first)
+        order = message.key() or b""
+        self._all_in(state, order, reply(state, order, record.best, record.first))
         return []
 
     def payload_notice(self, record: PayloadNotice, message: Message, state: BatchState) -> list[Emit]:

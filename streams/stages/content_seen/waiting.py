@@ -160,15 +160,13 @@ def hear(state: BatchState, order: bytes, heard: Replies, found: Match | None, f
     best = better(heard.best, found)
     if best is not heard.best:
         heard.best, changed = best, True
-    if first is not None and heard.holds_first:
-        earliest = earlier_of(heard.first, first)
-        if earliest is not heard.first:
-            heard.first, changed = earliest, True
-    elif first is not None:  # a page an earlier version queued: its first capture is apart
+    if first is not None and not heard.holds_first:  # queued by an earlier version: kept apart
         key = GATHER_PREFIX + order
         current = Capture.decode(state.get(key))
         if earlier_of(current, first) is not current:
             state.set(key, first.encode())
+    elif first is not None and earlier_of(heard.first, first) is not heard.first:
+        heard.first, changed = first, True
     if changed:
         state.set(b"w" + order, heard.encode())
     return replied and heard.count == heard.tables
