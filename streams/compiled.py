@@ -60,8 +60,8 @@ def refuse_stale_build() -> None:
 def compiled_modules() -> list[str]:
     """The modules that run compiled in this process (for the start-up log and the tests): those
     the import system finds as an extension. Found, not imported: importing every one made a
-    worker import the other stages' modules at each start (0.3 s of CPU for a URL worker, which
-    then imported the page stage's and numpy; find_spec takes about a millisecond)."""
+    worker import the other stages' modules, and numpy with the page stage's, at each start
+    (docs/benchmarks.md has what it cost)."""
     found = []
     for name in built_sources():
         spec = importlib.util.find_spec(name)

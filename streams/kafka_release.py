@@ -167,7 +167,7 @@ def _move_into_place(staging: Path, target: Path) -> None:
 
 def _download(artifact: Artifact, source: str, directory: Path, advance: Callable[[int], None]) -> None:
     # Imported here: every worker imports this module (the broker's address when none is set), and
-    # the HTTP client was about half of what that import cost at each start (python -X importtime).
+    # only a download needs the HTTP client, a large part of that import at each start.
     import http.client
     import urllib.error
     import urllib.request

@@ -60,9 +60,9 @@ RecordReader = Callable[[int], Record]  # SimHash -> its record's pages ([] when
 class Page:
     """One stored page, or the page a probe looks up; ``sketch`` is :meth:`Sketch.encode`'s bytes.
 
-    Its ``__init__`` is written out, and it is not frozen: compiled, that builds one in about a
-    tenth of the time the dataclass's own ``__init__`` takes (docs/decisions/0002, "Records built
-    on the hot path, measured"); every record a probe reads is decoded into these. Never changed
+    Its ``__init__`` is written out, and it is not frozen: compiled, the dataclass's own
+    ``__init__`` stays interpreted and is several times slower (docs/decisions/0002, "Records
+    built on the hot path, measured"); every record a probe reads is decoded into these. Never changed
     once built, as the other records written so."""
 
     order: bytes

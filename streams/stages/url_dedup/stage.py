@@ -275,7 +275,7 @@ class UrlDedupStage:
 
     def _mark_head(self) -> bytes:
         """A mark's head for now, packed once a millisecond: new URLs come tens a millisecond, and
-        packing each one's was about a fifth of what marking it seen cost (a native profile)."""
+        packing each one's was a good part of what marking it seen cost (docs/benchmarks.md)."""
         now = self._now_ms()
         if now != self._head_ms:
             self._head_ms, self._head = now, _MARK_HEAD.pack(_TIMED, now)
