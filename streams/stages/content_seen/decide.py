@@ -24,12 +24,11 @@ from streams.archives.payload import format_sha1
 from streams.errors import RecordRejected
 from streams.records import RecordKind
 from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
-from streams.stages.content_seen import gather
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.shard_records import Decide
-from streams.stages.content_seen.waiting import PageCache, Source, source_of
+from streams.stages.content_seen.waiting import PageCache, Source, source_of, take
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ class Decider:
         at its gather shard (a progress or drain record). The engine checks and counts what a
         processor returns, but its letter for a refused output would name and carry that record,
         from which the page cannot be replayed: so the page's own outputs are checked here first."""
-        page = gather.take(state, order)
+        page = take(state, order)
         return (self._outputs_or_letter(page.head, page.best, page.first, callback=False)
                 + self._note(order, page.head, page.best))
 
@@ -89,7 +88,7 @@ class Decider:
         decide record would give, its outputs checked as that record's would be (what a
         per-transaction callback returns is produced unchecked)."""
         try:
-            page = gather.take(state, order)
+            page = take(state, order)
         except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
             log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
             return []

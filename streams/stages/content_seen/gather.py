@@ -14,6 +14,8 @@ State keys of a gather shard (besides the block tables, :mod:`streams.stages.con
   (:mod:`streams.stages.content_seen.payloads`);
 - ``v`` + order: the first capture of a page queued by an earlier version, whose ``w`` has no room
   for it (read and deleted at its verdict; none is written now);
+- ``e`` + order: replies probed on this worker before their page's record arrived, taken into its
+  ``w`` when it does (:func:`~streams.stages.content_seen.waiting.hear_early`);
 - ``q`` + number: the page queued under that number: its order key, then its own input partition
   and offset + 1 (``o``) or, once taken, its horizon (``h``);
 - ``meta:gather``: the shard's :class:`~streams.stages.content_seen.horizon.GatherView` (each
@@ -33,7 +35,6 @@ shard's progress follows each input line.
 from __future__ import annotations
 
 import functools
-import logging
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -42,7 +43,7 @@ from typing import Any, Final
 
 from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InternalStream, Message, On, OwnedShards
-from streams.stages.content_seen.buckets import ORDER_BYTES, Match
+from streams.stages.content_seen.buckets import ORDER_BYTES
 from streams.stages.content_seen.horizon import (
     GatherView,
     InputId,
@@ -53,7 +54,6 @@ from streams.stages.content_seen.horizon import (
     encode_horizon,
 )
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture
 from streams.stages.content_seen.shard_records import (
     Drain,
     Notice,
@@ -69,13 +69,13 @@ from streams.stages.content_seen.waiting import (
     Source,
     decode_head,
     hear,
+    hear_early,
+    heard_on_arrival,
     notice,
     replies,
     reply,
     source_of,
 )
-
-log = logging.getLogger(__name__)
 
 GATHER_KEY: Final = b"meta:gather"
 QUEUE_KEY: Final = b"meta:queue"
@@ -109,30 +109,18 @@ class Queue:
         return cls(*_QUEUE_FORMAT.unpack(raw)) if raw else cls()
 
 
-@dataclass(slots=True)
-class Ready:
-    """A page whose verdict can be given now: its head and its best match. Its ``__init__`` and
-    :class:`Queue`'s are written out as :class:`~streams.stages.content_seen.buckets.Page` says why."""
-
-    head: dict[str, Any]
-    best: Match | None
-    first: Capture | None = None
-
-    def __init__(self, head: dict[str, Any], best: Match | None, first: Capture | None = None) -> None:
-        self.head = head
-        self.best = best
-        self.first = first
-
-
 def queue_key(number: int) -> bytes:
     return b"q" + _NUMBER.pack(number)
 
 
 def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, place: InputId,
-           offset: int, shard_count: int, seed: bytes = b"") -> None:
+           offset: int, shard_count: int, seed: bytes = b"", by_record: bool = False) -> bool:
     """A page arrives to wait for its replies: its head as state, and its place at the back of the
     queue with its own input partition (``place``) and offset, or at once its horizon
-    (:func:`_horizon_at_arrival`) when its router reported its log ends (``seed``)."""
+    (:func:`_horizon_at_arrival`) when its router reported its log ends (``seed``). A page arriving
+    ``by_record`` takes in the replies that came before it
+    (:func:`~streams.stages.content_seen.waiting.hear_early`; a page routed here arrives before its
+    probes, and is spared the read). Whether all its replies are in."""
     state.set(b"p" + order, stored_head)
     queue = Queue.decode(state.get(QUEUE_KEY))
     number, queue.tail = queue.tail, queue.tail + 1
@@ -141,8 +129,13 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, pla
     horizon = None if known is None else _horizon_at_arrival(state, queue, number, own, known, shard_count)
     entry = _OWN + encode_horizon(own) if horizon is None else _TAKEN + encode_horizon(horizon)
     state.set(queue_key(number), order + entry)
-    state.set(b"w" + order, Replies(0, tables).encode())
+    if by_record:
+        heard = heard_on_arrival(state, order, tables)
+    else:
+        heard = Replies(0, tables)
+        state.set(b"w" + order, heard.encode())
     state.set(QUEUE_KEY, queue.encode())
+    return heard.count >= tables
 
 
 def _horizon_at_arrival(state: BatchState, queue: Queue, number: int, own: dict[InputId, int],
@@ -255,23 +248,6 @@ def _take_horizons(state: BatchState, queue: Queue, view: GatherView,
         state.set(HORIZONS_KEY, _NUMBER.pack(number))
 
 
-def take(state: BatchState, order: bytes) -> Ready:
-    """A page off the queue, to be decided now: its head and best match (removed from the state)."""
-    stored, heard = state.get(b"p" + order), replies(state, order)
-    if stored is None or heard is None:
-        raise RecordRejected("invalid_shard_record", f"queued page {order.hex()} has no head")
-    if heard.count < heard.tables:  # every reply precedes the progress that covers the page: a lost probe
-        log.warning("page %s decided with %d of %d replies", order.hex(), heard.count, heard.tables)
-    state.delete(b"p" + order)
-    state.delete(b"w" + order)
-    first = heard.first
-    if not heard.holds_first:  # queued by an earlier version
-        first = Capture.decode(state.get(GATHER_PREFIX + order))
-        if first is not None:
-            state.delete(GATHER_PREFIX + order)
-    return Ready(decode_head(stored), heard.best, first)
-
-
 class Gatherer:
     """The processor of the records a page's gather shard takes but a :class:`Decide` (module
     docstring), and what the local path does at a gather shard owned here
@@ -298,7 +274,8 @@ class Gatherer:
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
         """A page waits for its replies (and its horizon): its head as state, the input record sent
-        along kept in memory. Committed before any of its probes was answered, it precedes its replies.
+        along kept in memory. Committed before any of its probes was answered, it precedes the
+        replies sent as records; the ones probed by this shard's owner before it came are taken in.
 
         The queue is looked at again (a page covered already is decided now): the progress that
         covers it may have been given here directly before it arrived (:mod:`.relay`, by a worker
@@ -308,29 +285,33 @@ class Gatherer:
         source = source_of(head)
         if record.carried:
             self._pages.put(source, record.carried)
-        self._arrive(state, message.key() or b"", record.head, head["tables"], source, record.seed)
+        if self._arrive(state, message.key() or b"", record.head, head["tables"], source, record.seed, True):
+            self._pages.park(source)  # its replies came before it
         return self._take(message.partition() or 0, [], False, state)
 
     def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
                     seed: bytes) -> None:
         """A page routed here whose gather shard is owned here waits there at once (the local path):
         before any of its probes, so its replies find it."""
-        self._arrive(state, order, head, tables, source, seed)
+        self._arrive(state, order, head, tables, source, seed, False)
 
     def _arrive(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
-                seed: bytes) -> None:
+                seed: bytes, by_record: bool) -> bool:
         topic = self._topic_index.get(source.topic)
         if topic is None:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
         place = (topic, source.partition)
-        arrive(state, order, head, tables, place, source.offset, self._shards.shards, seed)
+        return arrive(state, order, head, tables, place, source.offset, self._shards.shards, seed, by_record)
 
     def tell(self, order: bytes, told: Reply | Notice | PayloadReply | PayloadNotice) -> list[Emit]:
         """A reply or notice for the page of ``order``: applied at once when its gather shard is owned
-        here and the page waits there (the local path), else sent as a record, which reaches the
-        gather shard after the page's own record. A record to a gather shard owned here taints this
+        here and the page waits there (the local path); a reply for a page not there yet (its record
+        is on its way: a reply cannot follow its page's verdict) is kept there for it
+        (:func:`~streams.stages.content_seen.waiting.hear_early`); anything else is sent as a
+        record, which reaches the gather shard after the page's own record. A record to a gather
+        shard owned here (a notice for a page not there: on its way, or decided) taints this
         worker's token (:meth:`Ownership.taint`): giving progress there directly waits until it
-        has been processed. A worker alone drops a notice for a page not waiting: it was decided."""
+        has been processed. A worker alone drops such a notice: its page was decided."""
         shards = self._shards
         gather = shards.shard_of(order)
         state = self._owned.state(gather)
@@ -347,7 +328,13 @@ class Gatherer:
                     hear(state, order, heard, told.match, None, False)
                     self.races["in_time"] += 1
                 return []
-            if isinstance(told, Notice | PayloadNotice) and self._ownership.alone():
+            if isinstance(told, Reply):
+                hear_early(state, order, told.best, None)
+                return []
+            if isinstance(told, PayloadReply):
+                hear_early(state, order, told.best, told.first)
+                return []
+            if self._ownership.alone():
                 self.races["late"] += isinstance(told, Notice)
                 return []
             self._ownership.taint()

@@ -13,8 +13,10 @@ against, so the writes commit or abort with the batch and the same group generat
    transaction, exactly as the probe processor would (:meth:`Prober.probe_here
    <streams.stages.content_seen.probe.Prober.probe_here>`); a reply or notice to an owned gather
    shard where its page waits is applied there at once (:meth:`Gatherer.tell
-   <streams.stages.content_seen.gather.Gatherer.tell>`). Each shard still sees one page's probes
-   in table order and the pages in routing order, so its state evolves as through the topic.
+   <streams.stages.content_seen.gather.Gatherer.tell>`), and a reply to one where its page has not
+   arrived yet waits for it there (:func:`~streams.stages.content_seen.waiting.hear_early`). Each
+   shard still sees one page's probes in table order and the pages in routing order, so its state
+   evolves as through the topic.
 2. **Once vouched**: this worker's routing marks are merged into an owned shard's view directly
    (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
 3. **Once vouched with the current token**: an owned shard's progress is given directly to each
@@ -32,9 +34,9 @@ shard's progress comes after the replies and notices of those probes.
 
 - (1) alone changes neither: a local probe happens in the transaction whose mark vouches for it,
   before that mark is produced, let alone processed; a reply or notice applied at once is in the
-  gather shard's state before any progress produced in or after this transaction. (A reply or
-  notice for a page that has not arrived, its :class:`PageWaits` from another worker still in the
-  topic, is sent as a record, after that one.)
+  gather shard's state before any progress produced in or after this transaction, and so is a
+  reply kept there for a page that has not arrived. (A notice for a page that has not arrived, its
+  :class:`PageWaits` from another worker still in the topic, is sent as a record, after that one.)
 - (2) A direct claim says "this shard has probed every record this worker has routed". True for
   what this worker routed while it owned the shard (probed locally, by (1)); for what was routed
   before (by this worker or another, in transactions committed before this worker's assignment),
@@ -45,18 +47,18 @@ shard's progress comes after the replies and notices of those probes.
   :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
   (``meta:local``, state: it commits or aborts with the transaction that processed the record,
   so an aborted transaction vouches for nothing). Until then marks go as records, as before.
-- (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
-  "every reply and notice of the probes *s* counts is in your state". The probes *s* made while
-  this worker owns it sent their replies and notices to *g* directly, by (1), or as records,
-  and such a record *taints* the token (counted in it, so the vouching record must be newer than
-  every one); the probes *s* made before this worker's assignment, under an earlier owner, sent
-  theirs in transactions that committed before it, so they precede in *g*'s partition every
-  record this worker produced since. Both precede the record of this worker that vouched for
-  *g* with the current token. What other workers send *g* meanwhile (their pages, their shards'
-  replies and progress) speaks for their own shards only, which this progress does not vouch
-  for. Until *g* is vouched, its progress goes as a record, as before. (Until 2026-11-28 this was
-  done only by a worker alone; with two workers every page then waited one more commit and
-  fetch for its own worker's progress records.)
+- - (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
+  "every reply and notice of the probes *s* counts is in your state". The probes *s* made while this
+  worker owns it put their replies and notices in *g*'s state directly, by (1), or sent notices as
+  records, and such a record *taints* the token (counted in it, so the vouching record must be newer
+  than every one); the probes *s* made before this worker's assignment, under an earlier owner, sent
+  theirs in transactions that committed before it, so they precede in *g*'s partition every record
+  this worker produced since. Both precede the record of this worker that vouched for *g* with the
+  current token. What other workers send *g* meanwhile (their pages, their shards' replies and
+  progress) speaks for their own shards only, which this progress does not vouch for. Until *g* is
+  vouched, its progress goes as a record, as before. (Until 2026-11-28 this was done only by a
+  worker alone; with two workers every page then waited one more commit and fetch for its own
+  worker's progress records.)
 
 Alone, a notice for a page not waiting at its owned gather shard is late (that page was decided:
 no :class:`PageWaits` can still be on its way), and is counted as such without a record.
@@ -121,7 +123,7 @@ class Ownership:
         return self._token
 
     def taint(self) -> None:
-        """A reply or notice went to an owned gather shard as a record: what vouched for giving
+        """A notice went to an owned gather shard as a record: what vouched for giving
         progress directly no longer does, until records newer than it are processed."""
         self._taints += 1
         self._token = self._make_token()

@@ -35,9 +35,11 @@ from streams.stages.content_seen.last_verdicts import PREFIX as LAST_VERDICT
 from streams.stages.content_seen.local import LOCAL_KEY
 from streams.stages.content_seen.payloads import GATHER_PREFIX, PAYLOAD_PREFIX
 from streams.stages.content_seen.relay import ROUTING_KEY
+from streams.stages.content_seen.waiting import EARLY_PREFIX
 
 BUCKET, RECORD = b"t", b"s"
-WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX)  # a page's head, replies, queue entry, first capture
+WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX, EARLY_PREFIX)  # a page's head, replies, queue
+# entry, first capture, replies that came before it
 STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, HORIZONS_KEY, ROUTING_KEY, LOCAL_KEY)
 
 

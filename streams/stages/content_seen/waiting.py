@@ -17,7 +17,8 @@ the cache dropped it) is read back from the input topic by its source.
 
 What a queued page has heard (its replies, the best earlier page they and its notices met, its
 payload's first capture) is one value, :class:`Replies`, read and changed by :func:`hear` on each
-reply and notice.
+reply and notice; replies probed on this worker before their page's record arrived wait for it in
+a value of the same kind (:func:`hear_early`).
 
 Encodings: a waiting page's head is JSON (``url``, ``simhash``, ``digest``, ``tables``, ``source``,
 and ``payload`` when payloads are looked up);
@@ -26,6 +27,7 @@ a reply's match and a page's :class:`Replies` are packed.
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -38,10 +40,13 @@ from streams.runtime.api import BatchState
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
 
+log = logging.getLogger(__name__)
+
 _REPLY_HEAD: Final = struct.Struct(">16sBBH")  # order, distance, exact, agreeing sketch bins
 _PROGRESS: Final = struct.Struct(">HH")  # replies counted, replies expected (with the flag below)
 _HOLDS_FIRST: Final = 0x8000  # set in the replies expected: the first capture follows, its length first
 _CAPTURE_LENGTH: Final = struct.Struct(">I")
+EARLY_PREFIX: Final = b"e"  # + order: replies heard before their page arrived (:func:`hear_early`)
 
 
 class Source(NamedTuple):
@@ -172,6 +177,42 @@ def hear(state: BatchState, order: bytes, heard: Replies, found: Match | None, f
     return replied and heard.count == heard.tables
 
 
+def hear_early(state: BatchState, order: bytes, found: Match | None, first: Capture | None) -> None:
+    """A reply to a page whose gather shard is owned here, probed here before the page's own record
+    (from the worker that routed it) arrived: kept under ``e`` + order until it does
+    (:func:`heard_on_arrival`).
+
+    The probe record and the page record travel in two partitions, with no order between them, so
+    with two workers this is common. Sent to the gather shard as a record, the reply would come
+    after its page's record, as the horizon argument needs; but a record this worker sends a gather
+    shard it owns taints its token (:meth:`~streams.stages.content_seen.local.Ownership.taint`),
+    and until a newer record of this worker is processed there, every page of that shard waits for
+    progress sent as records: a commit and a fetch more. Kept here, the reply is in the gather
+    shard's state before any progress that counts its probe, which is all the argument asks
+    (:mod:`streams.stages.content_seen.local`, (3)); it commits, aborts and moves with the shard
+    like the ``w`` it becomes."""
+    raw = state.get(EARLY_PREFIX + order)
+    heard = Replies(0, 0) if raw is None else Replies.decode(raw)
+    heard.count += 1
+    heard.best = better(heard.best, found)
+    heard.first = earlier_of(heard.first, first)
+    state.set(EARLY_PREFIX + order, heard.encode())
+
+
+def heard_on_arrival(state: BatchState, order: bytes, tables: int) -> Replies:
+    """What a page arriving at its gather shard by its record has heard already, written as its
+    ``w``: the replies kept for it (:func:`hear_early`), taken in, or none."""
+    raw = state.get(EARLY_PREFIX + order)
+    if raw is None:
+        heard = Replies(0, tables)
+    else:
+        early = Replies.decode(raw)
+        heard = Replies(early.count, tables, early.best, early.first)
+        state.delete(EARLY_PREFIX + order)
+    state.set(b"w" + order, heard.encode())
+    return heard
+
+
 def reply(state: BatchState, order: bytes, found: Match | None, first: Capture | None = None) -> bool:
     """Count a reply (``found``: the best earlier page it met; ``first``: the page's first capture, a
     payload reply's); whether all the page's are in now."""
@@ -190,6 +231,38 @@ def notice(state: BatchState, order: bytes, found: Match | None = None, first: C
         return False
     hear(state, order, heard, found, first, False)
     return True
+
+
+@dataclass(slots=True)
+class Ready:
+    """A page whose verdict can be given now: its head and its best match. Its ``__init__`` and
+    the gather queue's are written out as :class:`~streams.stages.content_seen.buckets.Page` says why."""
+
+    head: dict[str, Any]
+    best: Match | None
+    first: Capture | None = None
+
+    def __init__(self, head: dict[str, Any], best: Match | None, first: Capture | None = None) -> None:
+        self.head = head
+        self.best = best
+        self.first = first
+
+
+def take(state: BatchState, order: bytes) -> Ready:
+    """A page off the queue, to be decided now: its head and best match (removed from the state)."""
+    stored, heard = state.get(b"p" + order), replies(state, order)
+    if stored is None or heard is None:
+        raise RecordRejected("invalid_shard_record", f"queued page {order.hex()} has no head")
+    if heard.count < heard.tables:  # every reply precedes the progress that covers the page: a lost probe
+        log.warning("page %s decided with %d of %d replies", order.hex(), heard.count, heard.tables)
+    state.delete(b"p" + order)
+    state.delete(b"w" + order)
+    first = heard.first
+    if not heard.holds_first:  # queued by an earlier version
+        first = Capture.decode(state.get(GATHER_PREFIX + order))
+        if first is not None:
+            state.delete(GATHER_PREFIX + order)
+    return Ready(decode_head(stored), heard.best, first)
 
 
 class PageCache:

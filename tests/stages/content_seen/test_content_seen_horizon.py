@@ -88,12 +88,12 @@ def _arrive(store: MemoryStore, when: int, offset: int, tables: int = 2, seed: i
 
 
 def _progress(store: MemoryStore, shard: int, routed: int, ends: int, limit: int = 10,
-              ) -> tuple[list[gather.Ready], bool]:
+              ) -> tuple[list[waiting.Ready], bool]:
     """The pages a shard's progress makes ready, each then taken as its decide record takes it."""
     state = BatchState(store)
     view = RoutingView({0: 1}, {PLACE: routed}, {PLACE: ends})
     found, drain = gather.ready(state, 1, limit, [(shard, view)])
-    ready = [gather.take(state, order) for order in found]
+    ready = [waiting.take(state, order) for order in found]
     store.apply(state.writes, None)
     return ready, drain
 
@@ -135,7 +135,7 @@ def test_the_queue_is_decided_from_its_front_and_drains_past_its_limit() -> None
     assert len(found) == 2 and not drain  # a drain record is on its way already
     state = BatchState(store)
     found, drain = gather.ready(state, 1, 2, [], drained=True)  # the drain record
-    assert [gather.take(state, order).head["url"] for order in found] == ["https://a.example/4"]
+    assert [waiting.take(state, order).head["url"] for order in found] == ["https://a.example/4"]
     assert not drain
 
 

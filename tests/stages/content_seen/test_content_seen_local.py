@@ -23,10 +23,10 @@ from streams.stages.content_seen.buckets import Match, order_key
 from streams.stages.content_seen.gather import QUEUE_KEY, Gatherer, Queue
 from streams.stages.content_seen.horizon import RoutingView
 from streams.stages.content_seen.local import LOCAL_KEY, Ownership
-from streams.stages.content_seen.shard_records import Mark, Notice, Progress, Reply
+from streams.stages.content_seen.shard_records import Mark, Notice, PageWaits, Progress, Reply
 from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
-from streams.stages.content_seen.waiting import PageCache, Source
+from streams.stages.content_seen.waiting import EARLY_PREFIX, PageCache, Source, replies
 from streams.topics import Topics
 from testing import simcluster
 
@@ -87,7 +87,7 @@ def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -
     assert not ownership.alone()
     vouch_all()
     assert ownership.alone()
-    ownership.taint()  # a reply went to an owned gather shard as a record
+    ownership.taint()  # a notice went to an owned gather shard as a record
     assert not ownership.alone()
     vouch_all()
     assert ownership.alone()
@@ -106,7 +106,7 @@ def test_progress_goes_directly_to_owned_gather_shards_vouched_with_the_current_
     assert first is not None
     ownership.vouch(0, ownership.token, first)
     assert ownership.gathers_here() == {0} and not ownership.alone()
-    ownership.taint()  # a reply went to an owned gather shard as a record
+    ownership.taint()  # a notice went to an owned gather shard as a record
     assert ownership.gathers_here() == frozenset()
     ownership.vouch(0, ownership.token, first)
     assert ownership.gathers_here() == {0}
@@ -120,22 +120,63 @@ def _gatherer(owned: OwnedShards, ownership: Ownership) -> Gatherer:
                     lambda state, order: [])
 
 
+def _order_at(gatherer: Gatherer, shard: int) -> bytes:
+    shard_of = gatherer._shards.shard_of
+    return next(order_key(1, 0, n) for n in range(100) if shard_of(order_key(1, 0, n)) == shard)
+
+
+_HEAD = b'{"url": "https://a.example/", "tables": 2, "source": ["local.fetched-pages", 0, 0]}'
+
+
 def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() -> None:
     owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
     ownership = Ownership(owned, 2, 1)
     gatherer = _gatherer(owned, ownership)
     owned.begin()
-    order = next(order_key(1, 0, n) for n in range(100) if gatherer._shards.shard_of(order_key(1, 0, n)) == 0)
+    order = _order_at(gatherer, 0)
+    match = Match(order_key(0, 0, 9), "https://earlier.example/", 1, True, 256)
     token = ownership.token
-    assert gatherer.tell(order, Reply(None)) != []  # not arrived: its page record is on its way
+    assert gatherer.tell(order, Notice(match)) != []  # not there: on its way, or decided
     assert ownership.token != token  # a record to an owned gather shard taints the token
     state = owned.state(0)
     assert state is not None
-    gatherer.arrive_here(state, order, b'{"url": "https://a.example/", "source": ["t", 0, 0]}', 2,
-                         Source(TOPIC, 0, 0), b"")
+    gatherer.arrive_here(state, order, _HEAD, 2, Source(TOPIC, 0, 0), b"")
     assert gatherer.tell(order, Reply(None)) == []
-    match = Match(order_key(0, 0, 9), "https://earlier.example/", 1, True, 256)
     assert gatherer.tell(order, Notice(match)) == [] and gatherer.races["in_time"] == 1
+    heard = replies(state, order)
+    assert heard is not None and (heard.count, heard.best) == (1, match)
+
+
+@pytest.mark.parametrize("early", [0, 1, 2])
+def test_a_reply_probed_here_before_its_page_arrived_waits_for_it_without_a_record(early: int) -> None:
+    """The page's probe record was processed before its page record (two partitions, no order
+    between them): its reply is kept at the gather shard, not sent there as a record, so the token
+    stays and progress is still given directly; the page takes it in when it comes, and a page all
+    of whose replies came first is parked at once."""
+    owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    ownership = Ownership(owned, 2, 1)
+    gatherer = _gatherer(owned, ownership)
+    owned.begin()
+    order = _order_at(gatherer, 0)
+    matches = [Match(order_key(0, 0, n), f"https://earlier.example/{n}", 3 - n, False, 200) for n in range(2)]
+    token = ownership.token
+    for match in matches[:early]:
+        assert gatherer.tell(order, Reply(match)) == []
+    assert ownership.token == token
+    state = owned.state(0)
+    assert state is not None
+    message = LineMessage("local.shards", 0, b"", order, 0)
+    gatherer.page(PageWaits(_HEAD, b"page"), message, state)
+    assert gatherer._pages.parked_bytes == (len(b"page") if early == 2 else 0)  # waits for its horizon only
+    assert state.get(EARLY_PREFIX + order) is None
+    heard = replies(state, order)
+    assert heard is not None and heard.count == early and heard.tables == 2
+    assert heard.best == (matches[early - 1] if early else None)  # the nearer, the better
+    for match in matches[early:]:
+        assert gatherer.tell(order, Reply(match)) == []
+    heard = replies(state, order)
+    assert heard is not None and (heard.count, heard.best) == (2, matches[1])
+    assert gatherer._pages.parked_bytes == len(b"page")
 
 
 def _crawl(seed: int, articles: int) -> list[bytes]:
