@@ -36,13 +36,16 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.revisit_world import DAY, EPOCH, HOUR, SimPage, build_world, respond
+from bench.revisit_world import DAY, EPOCH, HOUR, WORLDS, SimPage, respond
 from streams import records
 from streams.stages.revisit.allocation import optimal_frequencies, poisson_freshness
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MIN_INTERVAL_S, MAX_INTERVAL_S = HOUR, 30 * DAY
 Decide = Callable[[dict[str, Any]], dict[str, Any]]
+# What the default policy should reach of the known-rates optimum in the textbook world, where
+# every page follows the model the optimum assumes (not met yet: docs/benchmarks.md, "Revisit").
+TEXTBOOK_RATIO = 0.975
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class Scenario:
     warmup_days: float = 7.0
     budget: float = 1.0              # default policy: fetches per page per day
     seed: int = 1
+    world: str = "mixed"             # bench/revisit_world.py's WORLDS
+
+    def build(self) -> list[SimPage]:
+        return WORLDS[self.world](self.pages, self.seed)
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ class Tally:
 
 def simulate(scenario: Scenario, run: Run, driver: str = "subprocess") -> dict[str, Any]:
     """One closed-loop run of ``run``'s policy over the scenario's world."""
-    world = build_world(scenario.pages, scenario.seed)
+    world = scenario.build()
     rng = random.Random(scenario.seed * 7919 + 1)
     horizon_s, start_s = scenario.days * DAY, scenario.warmup_days * DAY
     with tempfile.TemporaryDirectory(prefix="revisit-sim-") as scratch:
@@ -288,9 +295,10 @@ def checks(scenario: Scenario, results: dict[str, dict[str, Any]]) -> list[dict[
     ratio = default["freshness"] / default["optimum"]["freshness"]
     matched_ratio = matched["freshness"] / matched["optimum"]["freshness"]
     spend_error = abs(default["fetches_per_page_per_day"] - scenario.budget) / scenario.budget
+    least = TEXTBOOK_RATIO if scenario.world == "textbook" else 0.95
     return [
-        {"check": "default freshness / optimum at its spend >= 0.95", "value": round(ratio, 4),
-         "passed": ratio >= 0.95},
+        {"check": f"default freshness / optimum at its spend >= {least}", "value": round(ratio, 4),
+         "passed": ratio >= least},
         {"check": "default spend within 10 % of its budget", "value": round(spend_error, 4),
          "passed": spend_error <= 0.10},
         {"check": "default fresher than nutch", "value": round(default["freshness"] - nutch["freshness"], 4),
@@ -309,7 +317,8 @@ def report(scenario: Scenario, command: str, results: list[dict[str, Any]],
     window_days = scenario.days - scenario.warmup_days
     lines = [
         "# Revisit policies: closed-loop simulation", "", f"Command: `{command}`", "",
-        f"{scenario.pages} pages, {scenario.days:g} days simulated, measured over the last {window_days:g} "
+        f"{scenario.pages} pages of the {scenario.world} world, {scenario.days:g} days simulated, "
+        f"measured over the last {window_days:g} "
         f"(after {scenario.warmup_days:g} days of warm-up); interval bounds {MIN_INTERVAL_S / HOUR:g} h to "
         f"{MAX_INTERVAL_S / DAY:g} d; seed {scenario.seed}. Each policy drives "
         "`python -m streams revisit --offline` one fetch at a time (bench/revisit_sim.py; the simulated "
@@ -355,14 +364,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=Scenario.budget,
                         help="default policy: fetches per page per day")
     parser.add_argument("--seed", type=int, default=Scenario.seed)
+    parser.add_argument("--world", choices=sorted(WORLDS), default=Scenario.world,
+                        help="the simulated web (bench/revisit_world.py): mixed processes, or the "
+                             "textbook model, Poisson pages on hosts that each mix all rates")
     parser.add_argument("--driver", choices=["subprocess", "inprocess"], default="subprocess",
                         help="inprocess calls the stage directly (quick experiments; not the benchmark)")
     parser.add_argument("--jobs", type=int, default=2, help="policies simulated at once")
     parser.add_argument("--output", type=Path, default=RESULTS / "revisit")
     args = parser.parse_args(argv)
-    scenario = Scenario(args.pages, args.days, args.warmup_days, args.budget, args.seed)
+    scenario = Scenario(args.pages, args.days, args.warmup_days, args.budget, args.seed, args.world)
     results = run_all(scenario, standard_runs(args.budget), args.driver, args.jobs)
-    world = build_world(scenario.pages, scenario.seed)
+    world = scenario.build()
     for result in results:
         result["optimum"] = optimum(world, result["fetches_per_page_per_day"])
     outcome = checks(scenario, {r["run"]: r for r in results})

@@ -16,6 +16,11 @@ answers in one of these styles:
 
 Quiet pages (no counter) get one of the first four; pages with counters one of the last three.
 Everything is drawn from one seeded generator, so a run is reproducible.
+
+Two worlds (:data:`WORLDS`): ``mixed`` (:func:`build_world`: fast, medium and slow Poisson pages,
+periodic pages, pages that never change, on 97 hosts), and ``textbook``
+(:func:`build_textbook_world`: Poisson pages only, mean times between changes log-uniform from an
+hour to half a year, 15 % never changing, every one of ten hosts mixing all rates).
 """
 
 from __future__ import annotations
@@ -112,6 +117,38 @@ def build_world(pages: int, seed: int) -> list[SimPage]:
                              rate_per_s=rate, period_s=period, noise=noise, server=server,
                              next_change_s=first_change))
     return world
+
+
+# The textbook model (Cho and Garcia-Molina, "Effective page refresh policies for web crawlers",
+# TODS 2003): every page Poisson, mean times between changes log-uniform from an hour to half a year,
+# some never changing; every host mixes all of them, so a host's pages do not agree on a rate.
+TEXTBOOK_PERIODS_S = (HOUR, 180 * DAY)
+TEXTBOOK_NEVER_SHARE = 0.15
+TEXTBOOK_HOSTS = 10
+TEXTBOOK_KINDS = ((DAY, "hours"), (7 * DAY, "days"), (30 * DAY, "weeks"), (math.inf, "months"))
+
+
+def build_textbook_world(pages: int, seed: int) -> list[SimPage]:
+    """``pages`` Poisson pages of the textbook model above on :data:`TEXTBOOK_HOSTS` hosts, each host's
+    pages drawn alike; counters and servers as in :func:`build_world`. A page's kind names the scale
+    of its mean time between changes (under a day: ``hours``; a week: ``days``; a month: ``weeks``;
+    else ``months``), or ``never``."""
+    rng = random.Random(seed)
+    low, high = (math.log(bound) for bound in TEXTBOOK_PERIODS_S)
+    world = []
+    for index in range(pages):
+        mean_s = math.inf if rng.random() < TEXTBOOK_NEVER_SHARE else math.exp(rng.uniform(low, high))
+        rate = 0.0 if math.isinf(mean_s) else 1.0 / mean_s
+        kind = "never" if rate == 0 else next(name for bound, name in TEXTBOOK_KINDS if mean_s < bound)
+        noise = "none" if rng.random() >= NOISY_SHARE else rng.choice(("footer", "text"))
+        server = _draw(rng, QUIET_SERVERS if noise == "none" else NOISY_SERVERS)
+        world.append(SimPage(index=index, url=f"http://host{index % TEXTBOOK_HOSTS}.example/page/{index}",
+                             kind=kind, rate_per_s=rate, period_s=0.0, noise=noise, server=server,
+                             next_change_s=rng.expovariate(rate) if rate > 0 else math.inf))
+    return world
+
+
+WORLDS = {"mixed": build_world, "textbook": build_textbook_world}
 
 
 def _draw_process(rng: random.Random) -> tuple[str, float, float]:
