@@ -84,16 +84,25 @@ class BudgetState:
     def _decayed(self, now_s: float) -> float:
         return self.spend_weight * math.exp(-max(0.0, now_s - self.clock_s) / SPEND_WINDOW_S)
 
-    def solve(self, budget_per_s: float, lo_per_s: float, hi_per_s: float, initial_interval_s: float,
-              now_s: float) -> float:
-        """Update the correction from the realised spend, then re-solve ``mu`` for the histogram."""
+    def solve(self, budget_per_s: float, lo_per_s: float, hi_per_s: float, now_s: float) -> float:
+        """Update the correction from the realised spend, then re-solve ``mu`` for the histogram.
+
+        The pages without an estimate yet are set aside with their share of the budget, not with
+        what they spend at ``initial_interval_s`` now: they take an estimate at their next fetch
+        and spend their share from then on. Counted at the initial interval, a shard's first pages
+        (a new crawl, a host added in bulk) spent more than a budget under one fetch a page a day
+        by themselves, the multiplier went to its top, and every page that took its first estimate
+        then got the longest interval and was not fetched again for that long (a month by
+        default; docs/benchmarks.md, "Revisit", has the simulation that showed it). What the first
+        fetches overspend meanwhile, the spend feedback sees."""
         realised = self.realised_per_s(now_s)
         if realised is not None and realised > 0:
             step = (budget_per_s / realised) ** CORRECTION_GAIN
             self.correction = min(max(self.correction * step, CORRECTION_RANGE[0]), CORRECTION_RANGE[1])
         counts = np.asarray(self.counts, dtype=np.float64)
-        self.mu_s = solve_multiplier(bin_rates_per_s(), counts, budget_per_s * self.correction, lo_per_s,
-                                     hi_per_s, self.unestimated / initial_interval_s)
+        target = budget_per_s * self.correction
+        self.mu_s = solve_multiplier(bin_rates_per_s(), counts, target, lo_per_s, hi_per_s,
+                                     target * self.unestimated / max(self.pages, 1))
         self.since_solve = 0
         return self.mu_s
 

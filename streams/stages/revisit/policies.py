@@ -145,7 +145,7 @@ def default_interval_s(config: PolicyConfig, bounds: IntervalBounds, rate_per_s:
         return bounds.clamp(config.initial_interval_s)
     if budget.mu_s <= 0 or budget.since_solve >= config.resolve_every:
         budget.solve(config.budget_per_s(budget.pages), 1.0 / config.bounds.max_s,
-                     1.0 / config.bounds.min_s, config.initial_interval_s, now_s)
+                     1.0 / config.bounds.min_s, now_s)
     frequency = optimal_frequency(rate_per_s, budget.mu_s, 1.0 / bounds.max_s, 1.0 / bounds.min_s)
     return bounds.clamp(1.0 / frequency)
 

@@ -146,8 +146,8 @@ def test_spend_feedback_raises_the_target_when_fetches_fall_short() -> None:
         state.record_refetch(now)
     realised = state.realised_per_s(now)
     assert realised == pytest.approx(80 / DAY, rel=0.05)
-    before = state.solve(budget, LO, HI, DAY, now)
-    state.solve(budget, LO, HI, DAY, now)
+    before = state.solve(budget, LO, HI, now)
+    state.solve(budget, LO, HI, now)
     assert state.correction > 1.0
     assert state.mu_s < before        # a smaller multiplier buys more fetches
 
@@ -175,6 +175,22 @@ def test_default_gives_every_page_the_budget_when_all_are_alike() -> None:
     state = BudgetState()
     state.counts[rate_bin(1 / DAY)] = 1000
     interval = default_interval_s(CONFIG, BOUNDS, bin_rates_per_s()[rate_bin(1 / DAY)], state, 0.0)
+    assert interval == pytest.approx(DAY / CONFIG.budget_fetches_per_page_per_day, rel=1e-3)
+
+
+@pytest.mark.parametrize("unestimated", [0, 100, 900])
+def test_pages_without_an_estimate_yet_leave_the_others_their_share_of_the_budget(unestimated: int) -> None:
+    """Pages fetched once, waiting for their second fetch at the initial interval, are set aside
+    with their share of the budget: the estimated ones get the interval they would get alone.
+    (Counted at the initial interval, 900 pages at one fetch a day spent a budget of 0.1 a page by
+    themselves, and the first pages to take an estimate got the longest interval.)"""
+    state = BudgetState()
+    for _ in range(100):
+        state.move(-2, rate_bin(1 / DAY))
+    for _ in range(unestimated):
+        state.move(-2, UNESTIMATED)
+    rate = bin_rates_per_s()[rate_bin(1 / DAY)]
+    interval = default_interval_s(CONFIG, BOUNDS, rate, state, 0.0)
     assert interval == pytest.approx(DAY / CONFIG.budget_fetches_per_page_per_day, rel=1e-3)
 
 
