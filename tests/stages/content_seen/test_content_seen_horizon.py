@@ -250,7 +250,7 @@ def test_a_page_keeps_its_first_capture_with_its_replies_and_no_key_apart() -> N
     assert set(state.writes) == {b"w" + page}
     store.apply(state.writes, None)
     state = BatchState(store)
-    ready = gather.take(state, page)
+    ready = waiting.take(state, page)
     assert ready.first == _FIRST and b"v" + page not in state.writes
 
 
@@ -267,6 +267,6 @@ def test_a_page_an_earlier_version_queued_keeps_its_first_capture_apart() -> Non
     assert Replies.decode(state.writes[b"w" + page]) == Replies(2, 2, _EARLIER, None, holds_first=False)
     store.apply(state.writes, None)
     state = BatchState(store)
-    ready = gather.take(state, page)
+    ready = waiting.take(state, page)
     assert (ready.best, ready.first) == (_EARLIER, _FIRST)
     assert state.writes[b"v" + page] is None
