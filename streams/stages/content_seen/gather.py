@@ -129,11 +129,8 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, pla
     horizon = None if known is None else _horizon_at_arrival(state, queue, number, own, known, shard_count)
     entry = _OWN + encode_horizon(own) if horizon is None else _TAKEN + encode_horizon(horizon)
     state.set(queue_key(number), order + entry)
-    if by_record:
-        heard = heard_on_arrival(state, order, tables)
-    else:
-        heard = Replies(0, tables)
-        state.set(b"w" + order, heard.encode())
+    heard = heard_on_arrival(state, order, tables) if by_record else Replies(0, tables)
+    state.set(b"w" + order, heard.encode())
     state.set(QUEUE_KEY, queue.encode())
     return heard.count >= tables
 
@@ -328,11 +325,8 @@ class Gatherer:
                     hear(state, order, heard, told.match, None, False)
                     self.races["in_time"] += 1
                 return []
-            if isinstance(told, Reply):
-                hear_early(state, order, told.best, None)
-                return []
-            if isinstance(told, PayloadReply):
-                hear_early(state, order, told.best, told.first)
+            if isinstance(told, Reply | PayloadReply):
+                hear_early(state, order, told.best, told.first if isinstance(told, PayloadReply) else None)
                 return []
             if self._ownership.alone():
                 self.races["late"] += isinstance(told, Notice)

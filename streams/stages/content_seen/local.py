@@ -47,7 +47,7 @@ shard's progress comes after the replies and notices of those probes.
   :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
   (``meta:local``, state: it commits or aborts with the transaction that processed the record,
   so an aborted transaction vouches for nothing). Until then marks go as records, as before.
-- - (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
+- (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
   "every reply and notice of the probes *s* counts is in your state". The probes *s* made while this
   worker owns it put their replies and notices in *g*'s state directly, by (1), or sent notices as
   records, and such a record *taints* the token (counted in it, so the vouching record must be newer

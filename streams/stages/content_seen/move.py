@@ -38,8 +38,8 @@ from streams.stages.content_seen.relay import ROUTING_KEY
 from streams.stages.content_seen.waiting import EARLY_PREFIX
 
 BUCKET, RECORD = b"t", b"s"
-WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX, EARLY_PREFIX)  # a page's head, replies, queue
-# entry, first capture, replies that came before it
+# A waiting page's head, replies, queue entry, first capture, and replies that came before it.
+WAITING = (b"p", b"w", b"a", b"q", GATHER_PREFIX, EARLY_PREFIX)
 STARTS_AFRESH = (GATHER_KEY, QUEUE_KEY, HORIZONS_KEY, ROUTING_KEY, LOCAL_KEY)
 
 

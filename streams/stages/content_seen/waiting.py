@@ -200,17 +200,14 @@ def hear_early(state: BatchState, order: bytes, found: Match | None, first: Capt
 
 
 def heard_on_arrival(state: BatchState, order: bytes, tables: int) -> Replies:
-    """What a page arriving at its gather shard by its record has heard already, written as its
-    ``w``: the replies kept for it (:func:`hear_early`), taken in, or none."""
+    """What a page arriving at its gather shard by its record has heard already: the replies kept
+    for it (:func:`hear_early`), taken off the state, or none."""
     raw = state.get(EARLY_PREFIX + order)
     if raw is None:
-        heard = Replies(0, tables)
-    else:
-        early = Replies.decode(raw)
-        heard = Replies(early.count, tables, early.best, early.first)
-        state.delete(EARLY_PREFIX + order)
-    state.set(b"w" + order, heard.encode())
-    return heard
+        return Replies(0, tables)
+    state.delete(EARLY_PREFIX + order)
+    early = Replies.decode(raw)
+    return Replies(early.count, tables, early.best, early.first)
 
 
 def reply(state: BatchState, order: bytes, found: Match | None, first: Capture | None = None) -> bool:
