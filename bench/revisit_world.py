@@ -108,8 +108,7 @@ def build_world(pages: int, seed: int) -> list[SimPage]:
     world = []
     for index in range(pages):
         kind, rate, period = _draw_process(rng)
-        noise = "none" if rng.random() >= NOISY_SHARE else rng.choice(("footer", "text"))
-        server = _draw(rng, QUIET_SERVERS if noise == "none" else NOISY_SERVERS)
+        noise, server = _noise_and_server(rng)
         first_change = rng.expovariate(rate) if rate > 0 else math.inf
         if kind == "periodic":
             first_change = rng.uniform(0.0, period)
@@ -140,8 +139,7 @@ def build_textbook_world(pages: int, seed: int) -> list[SimPage]:
         mean_s = math.inf if rng.random() < TEXTBOOK_NEVER_SHARE else math.exp(rng.uniform(low, high))
         rate = 0.0 if math.isinf(mean_s) else 1.0 / mean_s
         kind = "never" if rate == 0 else next(name for bound, name in TEXTBOOK_KINDS if mean_s < bound)
-        noise = "none" if rng.random() >= NOISY_SHARE else rng.choice(("footer", "text"))
-        server = _draw(rng, QUIET_SERVERS if noise == "none" else NOISY_SERVERS)
+        noise, server = _noise_and_server(rng)
         world.append(SimPage(index=index, url=f"http://host{index % TEXTBOOK_HOSTS}.example/page/{index}",
                              kind=kind, rate_per_s=rate, period_s=0.0, noise=noise, server=server,
                              next_change_s=rng.expovariate(rate) if rate > 0 else math.inf))
@@ -149,6 +147,12 @@ def build_textbook_world(pages: int, seed: int) -> list[SimPage]:
 
 
 WORLDS = {"mixed": build_world, "textbook": build_textbook_world}
+
+
+def _noise_and_server(rng: random.Random) -> tuple[str, str]:
+    """A page's counter (none, in the footer, in the text) and its server's style."""
+    noise = "none" if rng.random() >= NOISY_SHARE else rng.choice(("footer", "text"))
+    return noise, _draw(rng, QUIET_SERVERS if noise == "none" else NOISY_SERVERS)
 
 
 def _draw_process(rng: random.Random) -> tuple[str, float, float]:
