@@ -16,6 +16,15 @@ little; the SimHash distance then grades the change instead of deciding it. Numb
 exception, chosen because the page stage leaves them out of its features for the same reason
 (:mod:`streams.pages.features`, version 2): an edit that changes only numbers (a version, a price)
 is not seen. The content-seen stage never calls this module.
+
+Which numbers are content, the wording digest cannot say: a version or a price edited in the
+article is a change, a view counter or a clock in it is not. So the numbers are also kept, in
+:func:`number_buckets`: each number goes to one of :data:`NUMBER_BUCKETS` buckets by its context (the
+word before it and the word after), and each bucket holds a 16-bit hash of its
+numbers in order. Two fetches' buckets tell *where* the numbers moved; a counter in the template
+moves the same bucket at every fetch, page after page of the site, and the revisit stage learns
+from that which moves are churn (:mod:`streams.stages.revisit.numbers`). Hashing the context, not
+the position, keeps a bucket's identity when text is inserted before it.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+import mmh3
 
 from streams import records
 from streams.pages.analyze import PageSettings, digest, skip_reason
@@ -37,22 +48,48 @@ CHANGE_FEATURES_VERSION: Final = 1
 
 # A run of digits with its separators (1,234,567 and 12:03:44 and 1.2.3 are one number each).
 _NUMBER: Final = re.compile(r"\d+(?:[.,:'\u00a0\u202f ]\d+)*")
+NUMBER_BUCKETS: Final = 32
+"""Buckets of :func:`number_buckets` (a page's numbers by context; 64 bytes a page)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeFeatures:
     """``text_digest``: BLAKE2b-128 of the change text; ``wording_digest``: of it with numbers
-    masked; ``simhash``: 64-bit SimHash of its features; ``text_chars``: its length."""
+    masked; ``simhash``: 64-bit SimHash of its features; ``text_chars``: its length;
+    ``number_buckets``: :func:`number_buckets` of it (``None`` without numbers)."""
 
     text_digest: bytes
     wording_digest: bytes
     simhash: int
     text_chars: int
+    number_buckets: bytes | None = None
 
 
 def mask_numbers(text: str) -> str:
     """Every number replaced by ``0``: ``"read 1,041 times at 12:03"`` -> ``"read 0 times at 0"``."""
     return _NUMBER.sub("0", text)
+
+
+def number_buckets(text: str) -> bytes | None:
+    """The text's numbers by context: :data:`NUMBER_BUCKETS` big-endian 16-bit values (module docstring).
+
+    A number's context is the word before it and the word after, read between the numbers (so a
+    neighbouring number stands for nothing: ``"12:03 on 5 May"`` puts ``5`` under ``"on|May"``), and
+    an insertion elsewhere in the text moves no number to another bucket;
+    its bucket is the context's MurmurHash3 modulo the bucket count, and the bucket's value the
+    hash of its numbers chained in order, never 0 (0 is an empty bucket). ``None`` for a text
+    without numbers.
+    """
+    between = _NUMBER.split(text)
+    if len(between) == 1:
+        return None
+    values = [0] * NUMBER_BUCKETS
+    for index, number in enumerate(_NUMBER.findall(text)):
+        before = between[index].split()[-1:]
+        after = between[index + 1].split()[:1]
+        bucket = mmh3.hash(" ".join(before) + "|" + " ".join(after), signed=False) % NUMBER_BUCKETS
+        values[bucket] = (mmh3.hash(number, values[bucket], signed=False) & 0xFFFF) or 1
+    return b"".join(value.to_bytes(2, "big") for value in values)
 
 
 def change_features(record: Mapping[str, Any], settings: PageSettings,
@@ -73,4 +110,5 @@ def change_features(record: Mapping[str, Any], settings: PageSettings,
         return Skipped("no_text")
     return ChangeFeatures(text_digest=digest(text.encode("utf-8")),
                           wording_digest=digest(mask_numbers(text).encode("utf-8")),
-                          simhash=simhash64(hashes, weights), text_chars=len(text))
+                          simhash=simhash64(hashes, weights), text_chars=len(text),
+                          number_buckets=number_buckets(text))

@@ -20,7 +20,8 @@ class ShardIdentities:
 
     On open (the store recovered) and on a shard's first use in a transaction: an empty shard is
     given the identity, in the transaction's writes, so it commits, and is changelogged, with the
-    first record decided there; a shard holding another identity is refused. A shard counts as
+    first record decided there, and so is a shard holding an earlier identity the stage adopts
+    (``StateIdentity.adopted``); a shard holding another identity is refused. A shard counts as
     checked only once such a transaction commits: after an abort its identity is written again.
     """
 
@@ -33,7 +34,8 @@ class ShardIdentities:
         found = {key: store.get(key) for key in self._identity.entries}
         if any(value is not None for value in found.values()):
             self._compare(partition, found)
-            self._checked.add(partition)
+            if found == self._identity.entries:
+                self._checked.add(partition)
 
     def first_use(self, partition: int, state: BatchState) -> None:
         """Called when a transaction first reads shard ``partition``."""
@@ -41,15 +43,15 @@ class ShardIdentities:
         if partition in self._checked:
             return
         found = {key: state.get(key) for key in identity.entries}
-        if all(value is None for value in found.values()):
+        if any(value is not None for value in found.values()):
+            self._compare(partition, found)
+        if found != identity.entries:
             for key, value in identity.entries.items():
                 state.set(key, value)
-        else:
-            self._compare(partition, found)
         self._pending.add(partition)
 
     def _compare(self, partition: int, found: Mapping[bytes, bytes | None]) -> None:
-        if found != self._identity.entries:
+        if not self._identity.accepts(found):
             raise self._identity.refusal(partition, found)
 
     def committed(self) -> None:

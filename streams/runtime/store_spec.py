@@ -32,10 +32,19 @@ class StateIdentity:
     changelogged with it), and compares them whenever the worker opens the shard and before it
     first uses it: a shard holding other values is refused with ``refusal(partition, found)``, the
     stage's own explanation of how to upgrade, instead of mixing two kinds of state silently.
+    ``adopted`` names, per entry, earlier values of a state this build still reads (a format it
+    upgrades as it goes): such a shard is taken, and its entry rewritten with the first record
+    decided there, after which a build that does not read the new format refuses it.
     """
 
     entries: Mapping[bytes, bytes]
     refusal: Callable[[int, Mapping[bytes, bytes | None]], StreamsError]
+    adopted: Mapping[bytes, frozenset[bytes]] = field(default_factory=dict)
+
+    def accepts(self, found: Mapping[bytes, bytes | None]) -> bool:
+        """Whether a shard holding ``found`` is this state, or an earlier one this build adopts."""
+        return all(found.get(key) == value or found.get(key) in self.adopted.get(key, frozenset())
+                   for key, value in self.entries.items())
 
 
 def _never_refused(partition: int, found: Mapping[bytes, bytes | None]) -> StreamsError:

@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.pages.analyze import PageSettings
-from streams.pages.changes import ChangeFeatures, change_features, mask_numbers
+from streams.pages.changes import ChangeFeatures, change_features, mask_numbers, number_buckets
 from streams.pages.decode import DecodedPage, Skipped
 from streams.pages.extract import change_text, extract_text
+from streams.stages.revisit.numbers import moved_buckets
 
 ARTICLE = ("The council approved the new budget for the city's libraries after a long debate on Tuesday. "
            "Opening hours will be extended in six branches, and the mobile library returns in spring. ")
@@ -104,3 +105,39 @@ def test_churn_outside_the_content_changes_nothing() -> None:
                                                 ({"body": ""}, "empty_body")])
 def test_pages_not_compared_say_why(fields: dict[str, object], reason: str) -> None:
     assert change_features({**record("<p>x</p>"), **fields}, SETTINGS) == Skipped(reason)
+
+
+COUNTED = "Read 1,041 times. Release 3.12.7 came out on 2024-10-02 and is supported until 2028."
+
+
+@pytest.mark.parametrize(("after", "moved"), [
+    (COUNTED, 0),
+    ("Read 1,042 times. Release 3.12.7 came out on 2024-10-02 and is supported until 2028.", 1),
+    ("Read 1,041 times. Release 3.12.8 came out on 2024-10-02 and is supported until 2028.", 1),
+    ("Read 1,042 times. Release 3.12.8 came out on 2024-10-02 and is supported until 2029.", 3),
+    ("A new first sentence. Read 1,041 times. Release 3.12.7 came out on 2024-10-02 and is supported "
+     "until 2028.", 0),   # context, not position: an insertion elsewhere moves no bucket
+], ids=["same", "counter", "release", "counter, release, year", "insertion before"])
+def test_number_buckets_say_which_numbers_moved(after: str, moved: int) -> None:
+    before_buckets, after_buckets = number_buckets(COUNTED), number_buckets(after)
+    assert before_buckets is not None and after_buckets is not None
+    assert moved_buckets(before_buckets, after_buckets).bit_count() == moved
+
+
+def test_a_text_without_numbers_has_no_buckets() -> None:
+    assert number_buckets("no digits here at all") is None
+    features = change_features(record(f"<main><p>{ARTICLE} {COUNTED}</p></main>"), SETTINGS)
+    assert isinstance(features, ChangeFeatures) and features.number_buckets == number_buckets(
+        " ".join(f"{ARTICLE} {COUNTED}".split()))
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=20), st.integers(0, 19), st.integers(0, 10**6))
+def test_changing_one_number_moves_at_most_one_bucket(numbers: list[int], which: int, value: int) -> None:
+    words = " ".join(f"word{i} {n}" for i, n in enumerate(numbers))
+    changed = list(numbers)
+    changed[which % len(numbers)] = value
+    after = " ".join(f"word{i} {n}" for i, n in enumerate(changed))
+    before_buckets, after_buckets = number_buckets(words), number_buckets(after)
+    assert before_buckets is not None and after_buckets is not None
+    moved = value != numbers[which % len(numbers)]
+    assert moved_buckets(before_buckets, after_buckets).bit_count() == moved

@@ -7,14 +7,16 @@ change was seen, and how long before the fetch the server says the page last cha
 estimators (:mod:`streams.stages.revisit.estimators`) need exactly those three numbers per fetch; older
 fetches fall out of the window so that an estimate follows a page whose rate drifts.
 
-Encoding (format version 2, big-endian ``struct``; 67 bytes plus 9 per observation plus the
-validators and digests): a fixed header, then the ETag, Last-Modified and content type strings
-(``H`` length, 0xFFFF for none), the body and text digests (``B`` length, 0xFF for none), the
-observations, and the wording digest (:mod:`streams.pages.changes`). ``None`` numbers are NaN (floats)
-or -1 (integers). The version byte comes first so that a later format can read this one:
-:func:`decode_history` reads version 1 (the same without the wording digest, which it reads as
-absent; :func:`streams.stages.revisit.signals.detect_change` then compares once without it) and
-refuses a version it does not know instead of misreading it. Histories are written in version 2.
+Encoding (format version 3, big-endian ``struct``; 77 bytes plus 9 per observation plus the
+validators, digests and number buckets): a fixed header, then the ETag, Last-Modified and content
+type strings (``H`` length, 0xFFFF for none), the body and text digests (``B`` length, 0xFF for
+none), the observations, the wording digest (:mod:`streams.pages.changes`), the number buckets and,
+when there are some, what the page has learned of them (:mod:`streams.stages.revisit.numbers`: three
+masks and whether a probe is due). ``None`` numbers are NaN (floats) or -1 (integers). The version
+byte comes first so that a later format can read this one: :func:`decode_history` reads version 1
+(without the wording digest) and 2 (without the numbers), the missing parts as absent, so that
+:func:`streams.stages.revisit.signals.detect_change` compares once without them; it refuses a
+version it does not know instead of misreading it. Histories are written in version 3.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from typing import Final
 
 from streams.errors import StateError
 
-FORMAT_VERSION: Final = 2
-READABLE_VERSIONS: Final = (1, 2)
+FORMAT_VERSION: Final = 3
+READABLE_VERSIONS: Final = (1, 2, 3)
 _HEADER: Final = struct.Struct(">BhddddqQBIIHHh")
 _OBSERVATION: Final = struct.Struct(">ffB")
 _TEXT_LENGTH: Final = struct.Struct(">H")
+_NUMBER_MASKS: Final = struct.Struct(">IIIB")
 _NO_TEXT: Final = 0xFFFF
 _NO_BYTES: Final = 0xFF
 _COUNTER_MAX: Final = 0xFFFF
@@ -74,6 +77,11 @@ class FetchHistory:
     rate_bin: int = -1                   # allocation histogram bin the page is counted in
     observations: tuple[Observation, ...] = field(default=())
     wording_digest: bytes | None = None  # the change text with numbers masked (format 2)
+    number_buckets: bytes | None = None  # the change text's numbers by context (format 3)
+    numbers_still_once: int = 0          # buckets seen unchanged once (streams.stages.revisit.numbers)
+    numbers_steady: int = 0              # buckets that hold content
+    numbers_churn: int = 0               # buckets that move at every fetch
+    numbers_probing: bool = False        # the next fetch is the probe of a suspect
 
     def last_change_s(self) -> float | None:
         """When a change was last seen: the fetch that found it (None when none of the fetches the
@@ -112,6 +120,10 @@ def encode_history(history: FetchHistory) -> bytes:
     parts.extend(_OBSERVATION.pack(o.interval_s, _float(o.modified_age_s), o.changed)
                  for o in history.observations)
     parts.append(_bytes(history.wording_digest))
+    parts.append(_bytes(history.number_buckets))
+    if history.number_buckets is not None:
+        parts.append(_NUMBER_MASKS.pack(history.numbers_still_once, history.numbers_steady,
+                                        history.numbers_churn, history.numbers_probing))
     return b"".join(parts)
 
 
@@ -143,9 +155,14 @@ def _decode(view: memoryview) -> FetchHistory:
         interval, age, changed = _OBSERVATION.unpack_from(view, offset)
         observations.append(Observation(interval, bool(changed), _optional(age)))
         offset += _OBSERVATION.size
-    wording_digest = None
+    wording_digest = number_buckets = None
+    masks = (0, 0, 0, False)
     if view[0] >= 2:
         wording_digest, offset = _read_bytes(view, offset)
+    if view[0] >= 3:
+        number_buckets, offset = _read_bytes(view, offset)
+        if number_buckets is not None:
+            masks = _NUMBER_MASKS.unpack_from(view, offset)
     return FetchHistory(
         first_fetch_s=first_s, last_fetch_s=last_s, interval_s=interval_s,
         status=None if status < 0 else status, etag=etag, last_modified=last_modified,
@@ -153,7 +170,9 @@ def _decode(view: memoryview) -> FetchHistory:
         text_digest=text_digest, simhash=simhash if has_simhash else None,
         rate_per_s=_optional(rate), fetches=fetches,
         changes=changes, lm_agreements=agreements, lm_disagreements=disagreements,
-        rate_bin=rate_bin, observations=tuple(observations), wording_digest=wording_digest)
+        rate_bin=rate_bin, observations=tuple(observations), wording_digest=wording_digest,
+        number_buckets=number_buckets, numbers_still_once=masks[0], numbers_steady=masks[1],
+        numbers_churn=masks[2], numbers_probing=bool(masks[3]))
 
 
 def _float(value: float | None) -> float:

@@ -15,7 +15,9 @@ fetch budget, so it is rebuilt for each new shard rather than copied:
 
 Each host's changes (``p`` + host, :mod:`streams.stages.revisit.hosts`) are about the host's pages in
 one shard: the old shards' are added up (decayed to their latest clock) and every new shard gets an
-even share, as it gets an even share of the host's pages.
+even share, as it gets an even share of the host's pages. Each host's number votes (``n`` + host,
+:mod:`streams.stages.revisit.numbers`) are its pages' evidence about its template, not a share of
+its pages: the old shards' are added up and every new shard gets them all.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from streams.runtime.api import KeyedMove, Placed
 from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
 from streams.stages.revisit.history import decode_history
 from streams.stages.revisit.hosts import HOST_PREFIX, HostChanges, merge_hosts
+from streams.stages.revisit.numbers import HOST_NUMBERS_PREFIX, HostNumbers, merge_host_numbers
 
 HISTORY_PREFIX = b"h"
 ALLOCATION_KEY = b"meta:allocation"
@@ -43,6 +46,7 @@ class RevisitMove:
         self._old: list[BudgetState] = []
         self._new = [BudgetState() for _ in range(shards)]
         self._hosts: dict[bytes, list[HostChanges]] = {}
+        self._numbers: dict[bytes, list[HostNumbers]] = {}
 
     def place(self, old_shard: int, key: bytes, value: bytes) -> Iterable[Placed]:
         if key == ALLOCATION_KEY:
@@ -50,6 +54,9 @@ class RevisitMove:
             return ()
         if key.startswith(HOST_PREFIX):
             self._hosts.setdefault(key, []).append(HostChanges.decode(value))
+            return ()
+        if key.startswith(HOST_NUMBERS_PREFIX):
+            self._numbers.setdefault(key, []).append(HostNumbers.decode(value))
             return ()
         if not key.startswith(HISTORY_PREFIX) or len(key) != len(HISTORY_PREFIX) + 16:
             raise StateError(f"revisit state holds a key it does not know: {key[:40]!r}")
@@ -66,6 +73,8 @@ class RevisitMove:
         shards = len(self._new)
         hosts = [(shard, key, merge_hosts(states, shards).encode())
                  for key, states in self._hosts.items() for shard in range(shards)]
+        hosts += [(shard, key, merge_host_numbers(states).encode())
+                  for key, states in self._numbers.items() for shard in range(shards)]
         if not self._old:
             return hosts
         merged = merge_budgets(self._old)

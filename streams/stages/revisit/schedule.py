@@ -9,18 +9,23 @@ answer. The steps:
 1. A HEAD is answered by :func:`~streams.stages.revisit.prefetch.fetch_needed`. When a full fetch is
    needed the page is due now and nothing is stored (the full fetch will be compared); when not,
    the HEAD counts as an unchanged fetch (``head_unchanged``) and goes on like a 304.
-2. :func:`~streams.stages.revisit.signals.detect_change`. A failed fetch (``fetch_error``) stores nothing
-   and is retried after ``min(interval, error_retry_interval_s)``.
+2. :func:`~streams.stages.revisit.signals.detect_change`, with what the host knows of its pages'
+   numbers. A failed fetch (``fetch_error``) stores nothing and is retried after
+   ``min(interval, error_retry_interval_s)``.
 3. :func:`updated_history`: the stored copy's validators and digests are replaced by the fetch's
-   (kept on a 304 or a HEAD, which carry no body), and the observation (time since the fetch
-   before, changed or not, Last-Modified age) joins the window of the last ``history_fetches``.
+   (kept on a 304 or a HEAD, which carry no body), the observation (time since the fetch
+   before, changed or not, Last-Modified age) joins the window of the last ``history_fetches``,
+   and the page learns which of its numbers are content and which churn
+   (:mod:`streams.stages.revisit.numbers`; its votes go to the host's).
 4. The rate is estimated (:func:`~streams.stages.revisit.estimators.estimate_rate`), the page moves
    to its rate bin of the shard's budget state, and the policy gives the interval
    (:mod:`streams.stages.revisit.policies`). The ``default`` policy, whose intervals follow the
    estimates, estimates against the host's prior when the caller keeps one
    (:mod:`streams.stages.revisit.hosts`; the new observation joins it first); the other policies'
    intervals do not read the estimate, and theirs stays the page's own, a function of its history
-   alone, whatever else the shard holds.
+   alone, whatever else the shard holds. When numbers moved that the history cannot place
+   (``numbers_unlearned``), the next fetch is brought forward to the page's shortest interval, the
+   probe that places them, whatever the policy; the stored interval stays the policy's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
 from streams.stages.revisit.estimators import estimate_rate
 from streams.stages.revisit.history import FetchHistory, Observation
 from streams.stages.revisit.hosts import HostChanges
+from streams.stages.revisit.numbers import HostNumbers, Learned, learn
 from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
@@ -81,14 +87,17 @@ class RevisitOutcome:
 
 
 def apply_fetch(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
-                budget: BudgetState, host: str, host_changes: HostChanges | None = None) -> RevisitOutcome:
-    """Decide on one fetch (module docstring); ``host_changes`` is updated in place, as ``budget``."""
+                budget: BudgetState, host: str, host_changes: HostChanges | None = None,
+                host_numbers: HostNumbers | None = None) -> RevisitOutcome:
+    """Decide on one fetch (module docstring); ``host_changes`` and ``host_numbers`` are updated in
+    place, as ``budget``."""
     if fetch.method == "HEAD":
         return _apply_head(previous, fetch, config, budget, host, host_changes)
-    decision = detect_change(previous, fetch, config.simhash_threshold)
+    host_numbers = host_numbers if host_numbers is not None else HostNumbers()
+    decision = detect_change(previous, fetch, config.simhash_threshold, host_numbers.churn_mask())
     if decision.signal == "fetch_error":
         return _retry(previous, fetch, config, decision)
-    history = updated_history(previous, fetch, decision, config.history_fetches)
+    history = updated_history(previous, fetch, decision, config.history_fetches, host_numbers)
     return _schedule(previous, history, decision, fetch, config, budget, host, host_changes)
 
 
@@ -145,6 +154,9 @@ def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: Ch
             interval_s = probe_interval_s(history, interval_s, bounds)
         next_fetch_s = now_s + interval_s
     stored = dataclasses.replace(history, interval_s=interval_s, rate_per_s=rate_per_s, rate_bin=new_bin)
+    if history.numbers_probing:
+        interval_s = min(interval_s, bounds.min_s)
+        next_fetch_s = min(next_fetch_s, now_s + interval_s)
     return RevisitOutcome(stored, decision.changed, decision.signal, interval_s, next_fetch_s, rate_per_s,
                           conditional_headers(stored), distance=decision.distance)
 
@@ -157,11 +169,13 @@ def _nutch(policy: PolicyConfig, bounds: IntervalBounds, previous: FetchHistory 
 
 
 def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: ChangeDecision,
-                    window: int) -> FetchHistory:
-    """The history after ``fetch`` (step 3 of the module docstring); the interval is set later."""
+                    window: int, host_numbers: HostNumbers | None = None) -> FetchHistory:
+    """The history after ``fetch`` (step 3 of the module docstring); the interval is set later.
+    ``host_numbers`` receives the page's votes (:func:`streams.stages.revisit.numbers.learn`)."""
     now_s = fetch.fetched_at_s
     if previous is None:
         return _with_content(FetchHistory(first_fetch_s=now_s, last_fetch_s=now_s, interval_s=0.0), fetch)
+    learned = _learned_numbers(previous, fetch, host_numbers)
     observation = _observation(previous, fetch, decision)
     agree, disagree = _last_modified_votes(previous, fetch, decision)
     observations = previous.observations
@@ -171,7 +185,23 @@ def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: Chang
         _with_content(previous, fetch), last_fetch_s=max(now_s, previous.last_fetch_s),
         observations=observations,
         fetches=previous.fetches + 1, changes=previous.changes + (decision.changed is True),
-        lm_agreements=previous.lm_agreements + agree, lm_disagreements=previous.lm_disagreements + disagree)
+        lm_agreements=previous.lm_agreements + agree, lm_disagreements=previous.lm_disagreements + disagree,
+        numbers_still_once=learned.still_once, numbers_steady=learned.steady, numbers_churn=learned.churn,
+        numbers_probing=decision.signal == "numbers_unlearned")
+
+
+def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNumbers | None) -> Learned:
+    """What the page knows of its numbers after ``fetch``: learned when both it and the stored copy
+    are full responses with numbers, else as it was (a 304, a HEAD or a page without numbers)."""
+    masks = Learned(previous.numbers_still_once, previous.numbers_steady, previous.numbers_churn)
+    full = fetch.status != 304 and fetch.method != "HEAD"
+    if not full or fetch.number_buckets is None or previous.number_buckets is None:
+        return masks
+    host = host_numbers if host_numbers is not None else HostNumbers()
+    learned = learn(previous.number_buckets, fetch.number_buckets, masks, previous.numbers_probing,
+                    host.churn_mask())
+    host.vote(learned)
+    return learned
 
 
 def _with_content(previous: FetchHistory, fetch: Fetch) -> FetchHistory:
@@ -183,7 +213,7 @@ def _with_content(previous: FetchHistory, fetch: Fetch) -> FetchHistory:
         previous, status=fetch.status, etag=fetch.etag, last_modified=fetch.last_modified,
         content_type=fetch.content_type or previous.content_type, content_length=fetch.content_length,
         body_digest=fetch.body_digest, text_digest=fetch.text_digest, simhash=fetch.simhash,
-        wording_digest=fetch.wording_digest)
+        wording_digest=fetch.wording_digest, number_buckets=fetch.number_buckets)
 
 
 def _observed(previous: FetchHistory | None, fetch: Fetch, decision: ChangeDecision) -> bool:

@@ -16,13 +16,18 @@ decided. The evidence is read in this order, the first that applies deciding:
    the same bytes (inode-based ETags), and dynamic pages send a fresh ETag and Last-Modified with
    every response. In turn: ``digest`` equal (byte-identical, unchanged); ``text_digest`` equal (only
    markup or boilerplate moved: counters, dates, tokens, ads and rotating lists outside the change
-   text, unchanged); ``numbers`` (wording digests equal: only numbers inside the text moved, a
-   counter or a date, unchanged); ``wording`` (the words changed: changed, however small the edit;
+   text, unchanged); when the wording digests are equal, only numbers inside the text moved, and
+   which numbers decides (:mod:`streams.stages.revisit.numbers`, learned from the page's and its
+   host's fetches): ``number_edit`` (a number that holds content moved: changed),
+   ``number_churn`` (only numbers that move at every fetch: unchanged), ``numbers_unlearned``
+   (``None``: numbers the history cannot place yet, the next fetch is a probe); ``wording`` (the
+   words changed: changed, however small the edit;
    the SimHash distance grades it, :attr:`ChangeDecision.distance`), unless the operator set
    ``simhash_threshold`` and the SimHashes are at most that far apart (``simhash_trivial``,
    unchanged). The change text and the wording digest are :mod:`streams.pages.changes`'s. A history
    stored before wording digests were kept is compared once without them: texts that differ are
-   ``features_upgraded`` (``None``), since the text compared may have been extracted otherwise.
+   ``features_upgraded`` (``None``), since the text compared may have been extracted otherwise;
+   so are numbers that moved when the history kept no number buckets.
    Without wording digests on either side (a caller of the core that computes none), SimHashes
    decide as before: ``simhash_trivial`` within the threshold, else ``simhash``; without SimHashes
    the text digests, then the body digests (``text_digest``, ``digest``: changed).
@@ -43,6 +48,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 from streams.stages.revisit.history import FetchHistory
+from streams.stages.revisit.numbers import judge, moved_buckets
 
 _ERROR_STATUSES = frozenset({408, 429})
 
@@ -67,6 +73,7 @@ class Fetch:
     simhash: int | None = None
     content_type: str | None = None
     wording_digest: bytes | None = None
+    number_buckets: bytes | None = None
 
     @property
     def is_error(self) -> bool:
@@ -85,8 +92,11 @@ class ChangeDecision:
     distance: int | None = None
 
 
-def detect_change(previous: FetchHistory | None, fetch: Fetch, simhash_threshold: int) -> ChangeDecision:
-    """Compare ``fetch`` with what is stored (the order of evidence is in the module docstring)."""
+def detect_change(previous: FetchHistory | None, fetch: Fetch, simhash_threshold: int,
+                  host_churn: int = 0) -> ChangeDecision:
+    """Compare ``fetch`` with what is stored (the order of evidence is in the module docstring);
+    ``host_churn`` is the mask of number buckets the page's host knows to churn
+    (:meth:`streams.stages.revisit.numbers.HostNumbers.churn_mask`)."""
     if previous is None:
         return ChangeDecision(None, "first_fetch")
     if fetch.is_error:
@@ -98,11 +108,12 @@ def detect_change(previous: FetchHistory | None, fetch: Fetch, simhash_threshold
     if fetch.status is not None and not 200 <= fetch.status < 300:
         return ChangeDecision(False, "status")
     if fetch.body_digest is not None and previous.body_digest is not None:
-        return _content_decision(previous, fetch, simhash_threshold)
+        return _content_decision(previous, fetch, simhash_threshold, host_churn)
     return _validator_decision(previous, fetch)
 
 
-def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: int) -> ChangeDecision:
+def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: int,
+                      host_churn: int) -> ChangeDecision:
     if fetch.body_digest == previous.body_digest:
         return ChangeDecision(False, "digest")
     if fetch.text_digest is not None and fetch.text_digest == previous.text_digest:
@@ -112,7 +123,7 @@ def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: i
         distance = (fetch.simhash ^ previous.simhash).bit_count()
     if fetch.wording_digest is not None and previous.wording_digest is not None:
         if fetch.wording_digest == previous.wording_digest:
-            return ChangeDecision(False, "numbers", distance)
+            return _numbers_decision(previous, fetch, host_churn, distance)
         if distance is not None and distance <= simhash_threshold:
             return ChangeDecision(False, "simhash_trivial", distance)
         return ChangeDecision(True, "wording", distance)
@@ -125,6 +136,17 @@ def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: i
     if fetch.text_digest is not None and previous.text_digest is not None:
         return ChangeDecision(True, "text_digest")
     return ChangeDecision(True, "digest")
+
+
+def _numbers_decision(previous: FetchHistory, fetch: Fetch, host_churn: int,
+                      distance: int | None) -> ChangeDecision:
+    """Only numbers moved: which ones decides (:func:`streams.stages.revisit.numbers.judge`)."""
+    if fetch.number_buckets is None or previous.number_buckets is None:
+        return ChangeDecision(None, "features_upgraded", distance)
+    moved = moved_buckets(previous.number_buckets, fetch.number_buckets)
+    verdict = judge(moved, previous.numbers_steady, previous.numbers_churn, previous.numbers_probing,
+                    host_churn)
+    return ChangeDecision(verdict.changed, verdict.signal, distance)
 
 
 def _validator_decision(previous: FetchHistory, fetch: Fetch) -> ChangeDecision:

@@ -50,6 +50,7 @@ from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import FORMAT_VERSION, READABLE_VERSIONS, decode_history, encode_history
 from streams.stages.revisit.hosts import HostChanges, host_key
 from streams.stages.revisit.move import ALLOCATION_KEY, HISTORY_PREFIX, IDENTITY_KEY, RevisitMove
+from streams.stages.revisit.numbers import HostNumbers, host_numbers_key
 from streams.stages.revisit.policies import IntervalBounds, PolicyConfig, parse_bound_rules
 from streams.stages.revisit.schedule import CoreConfig, RevisitOutcome, apply_fetch
 from streams.stages.revisit.signals import Fetch
@@ -63,11 +64,15 @@ MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may 
 _LAST_INSTANT_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 _FIRST_INSTANT_S = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 STATE_IDENTITY = (f"histories {FORMAT_VERSION}; change features {CHANGE_FEATURES_VERSION}; "
-                  "host priors 1").encode()
+                  "host priors 1; host numbers 1").encode()
 """What a shard's state holds: the history format written (``decode_history`` also reads the formats
 of :data:`~streams.stages.revisit.history.READABLE_VERSIONS`, so a shard written before this identity
-existed is adopted as it is), the change features' version, the host state's. A shard that says
-otherwise is refused."""
+existed is adopted as it is), the change features' version, the host states'. A shard that says
+otherwise is refused, except one of :data:`ADOPTED_IDENTITIES`."""
+ADOPTED_IDENTITIES = frozenset({f"histories 2; change features {CHANGE_FEATURES_VERSION}; "
+                                "host priors 1".encode()})
+"""Earlier identities this build reads and upgrades as it goes: histories of format 2 (no number
+buckets) are read as they are and written in the current format at their next fetch."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +146,8 @@ class RevisitStage:
 
     def store(self) -> StoreSpec:
         """A RocksDB store with the state's identity (:data:`STATE_IDENTITY`) and a way to reshard."""
-        return StoreSpec(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state),
+        return StoreSpec(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state,
+                                                      {IDENTITY_KEY: ADOPTED_IDENTITIES}),
                          layout=RevisitMove)
 
     def init(self, context: StageContext) -> Processors:
@@ -173,12 +179,16 @@ class RevisitStage:
         host_state_key = host_key(shard["host"])
         host_state = state.get(host_state_key)
         host_changes = HostChanges.decode(host_state)
+        numbers_key = host_numbers_key(shard["host"])
+        numbers_state = state.get(numbers_key)
+        host_numbers = HostNumbers.decode(numbers_state)
         outcome = apply_fetch(decode_history(stored) if stored is not None else None, _fetch(shard),
-                              self._core, budget, shard["host"], host_changes)
+                              self._core, budget, shard["host"], host_changes, host_numbers)
         if outcome.history is not None:
             state.set(HISTORY_PREFIX + key, encode_history(outcome.history))
         for state_key, before, after in ((ALLOCATION_KEY, allocation, budget.encode()),
-                                         (host_state_key, host_state, host_changes.encode())):
+                                         (host_state_key, host_state, host_changes.encode()),
+                                         (numbers_key, numbers_state, host_numbers.encode())):
             if after != before:
                 state.set(state_key, after)
         self.decisions[{True: "changed", False: "unchanged", None: "first"}[outcome.changed]] += 1
@@ -237,8 +247,11 @@ def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings
     """
     features = change_features(record, settings, body)
     if isinstance(features, ChangeFeatures):
-        return {"body_digest": digest(body).hex(), "text_digest": features.text_digest.hex(),
-                "wording_digest": features.wording_digest.hex(), "simhash": features.simhash}
+        found = {"body_digest": digest(body).hex(), "text_digest": features.text_digest.hex(),
+                 "wording_digest": features.wording_digest.hex(), "simhash": features.simhash}
+        if features.number_buckets is not None:
+            found["number_buckets"] = features.number_buckets.hex()
+        return found
     status = record.get("status", 200)
     if record.get("method", "GET") == "HEAD" or status is None or not 200 <= status < 300:
         return {}
@@ -304,4 +317,5 @@ def _fetch(shard: Mapping[str, Any]) -> Fetch:
                  etag=shard.get("etag"), last_modified=shard.get("last_modified"),
                  content_length=shard.get("content_length"), body_digest=hex_bytes("body_digest"),
                  text_digest=hex_bytes("text_digest"), simhash=shard.get("simhash"),
-                 content_type=shard.get("content_type"), wording_digest=hex_bytes("wording_digest"))
+                 content_type=shard.get("content_type"), wording_digest=hex_bytes("wording_digest"),
+                 number_buckets=hex_bytes("number_buckets"))

@@ -38,19 +38,31 @@ histories = st.builds(
     lm_disagreements=st.integers(0, 0xFFFF), rate_bin=st.integers(-2, 79),
     observations=st.lists(observations, max_size=64).map(tuple),
     wording_digest=st.none() | st.binary(max_size=64))
+mask = st.integers(0, 2**32 - 1)
+numbered = st.builds(dataclasses.replace, histories, number_buckets=st.binary(min_size=64, max_size=64),
+                     numbers_still_once=mask, numbers_steady=mask, numbers_churn=mask,
+                     numbers_probing=st.booleans())
 
 
-@given(histories)
+@given(histories | numbered)
 def test_encoding_round_trips(history: FetchHistory) -> None:
     assert decode_history(encode_history(history)) == history
 
 
 @given(histories)
 def test_histories_of_format_1_are_read(history: FetchHistory) -> None:
-    """Format 1 is format 2 without the wording digest at the end: read with the digest absent."""
+    """Format 1 is format 3 without the wording digest and the number buckets at the end: read with
+    both absent."""
     legacy = dataclasses.replace(history, wording_digest=None)
     encoded = encode_history(legacy)
-    assert decode_history(bytes([1]) + encoded[1:-1]) == legacy
+    assert decode_history(bytes([1]) + encoded[1:-2]) == legacy
+
+
+@given(histories)
+def test_histories_of_format_2_are_read(history: FetchHistory) -> None:
+    """Format 2 is format 3 without the number buckets (and what was learned of them) at the end."""
+    encoded = encode_history(history)
+    assert decode_history(bytes([2]) + encoded[1:-1]) == history
 
 
 def test_encoding_is_compact() -> None:

@@ -78,13 +78,36 @@ def test_one_update_per_page_in_order() -> None:
     assert updates[6]["url"] == "http://other.example/b"
 
 
-def test_numbers_in_the_text_are_not_a_change_and_one_word_is() -> None:
-    before = PARAGRAPH * 6 + "Read 1041 times, last on 2024-05-01 at 12:03."
-    counted = PARAGRAPH * 6 + "Read 1,042 times, last on 2024-05-02 at 12:04."
-    edited = PARAGRAPH.replace("Tuesday", "Wednesday") + counted.removeprefix(PARAGRAPH)
-    updates = run([page(1, text=before), page(2, text=counted), page(3, text=edited)])
-    assert [(u["changed"], u["signal"]) for u in updates[1:]] == [(False, "numbers"), (True, "wording")]
-    assert updates[2]["change_distance"] <= 6   # a small edit, graded small, still a change
+def counted(day: int, views: int, version: str = "3.12.7", hour: int = 12,
+            url: str = "http://example.com/a") -> dict[str, Any]:
+    """A page whose article holds a view counter (churn) and a release number (content)."""
+    text = PARAGRAPH * 6 + f"Read {views:,} times. The current release is {version}."
+    return page(day, text=text, url=url, fetched_at=f"2024-05-{day:02d}T{hour:02d}:00:00Z")
+
+
+def test_numbers_that_churn_are_learned_apart_from_numbers_that_are_content() -> None:
+    """The counter moves at every fetch: the first time the page cannot tell and probes an hour
+    later; the counter moving again there is churn, the release number standing still is content,
+    and from then on the counter alone is no change and the release number is one."""
+    lines = [counted(1, 1041), counted(2, 1042), counted(2, 1043, hour=13), counted(3, 1050),
+             counted(4, 1051, version="3.12.8"), counted(5, 1052, version="3.12.8")]
+    edited = dict(lines[-1], body=lines[-1]["body"].replace("Tuesday", "Wednesday", 1),
+                  fetched_at="2024-05-06T12:00:00Z")
+    updates = run([*lines, edited])
+    assert [(u["changed"], u["signal"]) for u in updates[1:]] == [
+        (None, "numbers_unlearned"), (False, "number_churn"), (False, "number_churn"),
+        (True, "number_edit"), (False, "number_churn"), (True, "wording")]
+    assert updates[1]["interval_s"] == 3600 and updates[1]["next_fetch_at"] == "2024-05-02T13:00:00.000Z"
+    assert updates[-1]["change_distance"] <= 6   # a small edit, graded small, still a change
+
+
+def test_a_host_whose_pages_agree_on_a_churning_number_spares_its_next_pages_the_probe() -> None:
+    lines = []
+    for index in range(3):
+        url = f"http://example.com/{index}"
+        lines += [counted(1, 100, url=url), counted(2, 200, url=url), counted(2, 300, hour=13, url=url)]
+    updates = run(lines)
+    assert [u["signal"] for u in updates[1::3]] == ["numbers_unlearned", "numbers_unlearned", "number_churn"]
 
 
 def test_a_threshold_set_by_the_operator_ignores_small_edits() -> None:
@@ -102,13 +125,30 @@ def test_histories_of_format_1_are_read_and_compared_once_without_wording() -> N
     key = next(k for k, _ in store.items() if k.startswith(b"h"))
     history = decode_history(store.get(key) or b"")
     legacy = dataclasses.replace(history, wording_digest=None)
-    store.apply({key: bytes([1]) + encode_history(legacy)[1:-1],
-                 IDENTITY_KEY: None}, None)  # format 1: the same bytes without the wording digest
+    store.apply({key: bytes([1]) + encode_history(legacy)[1:-2],
+                 IDENTITY_KEY: None}, None)  # format 1: without the wording digest and number buckets
     assert decode_history(store.get(key) or b"").wording_digest is None
     edited = PARAGRAPH * 3 + "A new section on the railway station opened today. " * 6
     updates = run([page(2, text=edited), page(3), page(4)], store=store)
     assert [(u["changed"], u["signal"]) for u in updates] == [(None, "features_upgraded"), (True, "wording"),
                                                               (False, "digest")]
+    assert store.get(IDENTITY_KEY) == STATE_IDENTITY
+
+
+def test_a_shard_of_the_build_before_number_buckets_is_adopted_and_upgraded() -> None:
+    """A shard written with histories of format 2 says so in its identity: it is adopted, its
+    histories read; numbers that moved since are undecided once (nothing to compare them with),
+    then learned; the identity is rewritten with the first record decided."""
+    store = MemoryStore()
+    run([counted(1, 1041)], store=store)
+    key = next(k for k, _ in store.items() if k.startswith(b"h"))
+    history = dataclasses.replace(decode_history(store.get(key) or b""), number_buckets=None)
+    store.apply({key: bytes([2]) + encode_history(history)[1:-1],
+                 IDENTITY_KEY: b"histories 2; change features 1; host priors 1"}, None)
+    assert decode_history(store.get(key) or b"") == history
+    updates = run([counted(2, 1042), counted(2, 1043, hour=13)], store=store)
+    assert [(u["changed"], u["signal"]) for u in updates] == [(None, "features_upgraded"),
+                                                              (None, "numbers_unlearned")]
     assert store.get(IDENTITY_KEY) == STATE_IDENTITY
 
 

@@ -28,7 +28,10 @@ STORED = FetchHistory(first_fetch_s=0.0, last_fetch_s=0.0, interval_s=DAY, statu
                       last_modified=MONDAY, content_length=1000, body_digest=A, text_digest=TEXT_A,
                       simhash=0b1111)
 HEADERS_ONLY = dataclasses.replace(STORED, body_digest=None, text_digest=None, simhash=None)
-WORDED = dataclasses.replace(STORED, wording_digest=WORDS_A)   # stored by this version
+WORDED = dataclasses.replace(STORED, wording_digest=WORDS_A)   # stored with wording digests
+NUMBERS_A = bytes(range(64))                                   # buckets 0..31 all filled
+NUMBERS_B = NUMBERS_A[:2] + b"\xff\xff" + NUMBERS_A[4:]        # bucket 1 moved
+NUMBERED = dataclasses.replace(WORDED, number_buckets=NUMBERS_A)   # and number buckets
 
 
 def fetch(**fields: object) -> Fetch:
@@ -55,9 +58,19 @@ CASES = [
     ("same bytes, new ETag (load balancer)", STORED, fetch(etag='"v2"', last_modified=TUESDAY),
      ChangeDecision(False, "digest")),
     ("counter in the footer only", STORED, fetch(body_digest=B), ChangeDecision(False, "text_digest", 0)),
-    ("a counter inside the text: only numbers moved", WORDED,
-     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, simhash=0b1110),
-     ChangeDecision(False, "numbers", 1)),
+    ("only numbers moved, a bucket the page has not placed yet", NUMBERED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, simhash=0b1110,
+           number_buckets=NUMBERS_B),
+     ChangeDecision(None, "numbers_unlearned", 1)),
+    ("only numbers moved, in a bucket that churns", dataclasses.replace(NUMBERED, numbers_churn=0b10),
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, number_buckets=NUMBERS_B),
+     ChangeDecision(False, "number_churn", 0)),
+    ("only numbers moved, in a bucket that holds content", dataclasses.replace(NUMBERED, numbers_steady=0b10),
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, number_buckets=NUMBERS_B),
+     ChangeDecision(True, "number_edit", 0)),
+    ("only numbers moved, stored before number buckets: undecided once", WORDED,
+     fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_A, number_buckets=NUMBERS_B),
+     ChangeDecision(None, "features_upgraded", 0)),
     ("one word edited, SimHash unmoved", WORDED,
      fetch(body_digest=B, text_digest=TEXT_B, wording_digest=WORDS_B), ChangeDecision(True, "wording", 0)),
     ("a paragraph rewritten", WORDED,
