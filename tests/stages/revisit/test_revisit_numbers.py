@@ -7,11 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.errors import StateError
+from streams.stages.revisit.move import RevisitMove
 from streams.stages.revisit.numbers import (
     HostNumbers,
     Learned,
     NumberVerdict,
     filled_buckets,
+    host_numbers_key,
     judge,
     learn,
     merge_host_numbers,
@@ -98,3 +100,21 @@ def test_host_votes_halve_at_the_cap_and_round_trip() -> None:
 def test_unreadable_host_numbers_are_refused(raw: bytes) -> None:
     with pytest.raises(StateError):
         HostNumbers.decode(raw)
+
+
+def test_a_reshard_gives_every_new_shard_all_of_a_hosts_number_votes() -> None:
+    """Votes are pages' evidence about the host's template, not a share of its pages."""
+    first, second = HostNumbers(), HostNumbers()
+    first.churning[5], second.churning[5], second.steady[9] = 2, 1, 3
+    move = RevisitMove(2, 3)
+    assert list(move.place(0, host_numbers_key("example.com"), first.encode())) == []
+    assert list(move.place(1, host_numbers_key("example.com"), second.encode())) == []
+    placed = [(shard, key, HostNumbers.decode(value)) for shard, key, value in move.finish()]
+    assert [(shard, key) for shard, key, _ in placed] == [(shard, b"nexample.com") for shard in range(3)]
+    for _, _, votes in placed:
+        assert (votes.churning[5], votes.steady[9]) == (3, 3) and votes.churn_mask() == 1 << 5
+
+
+def test_host_number_keys_are_apart_from_every_other_key() -> None:
+    assert host_numbers_key("h") == b"nh"
+    assert not host_numbers_key("example.com").startswith((b"h", b"p", b"meta:"))
