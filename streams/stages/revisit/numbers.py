@@ -29,9 +29,10 @@ at most :data:`HOST_MAX_DISSENT` of them; a new page of that host then needs no 
 a page on which it stays still is content there whatever the host says (steady wins).
 
 Learning uses every comparison of two full responses, whatever decided the change: a fetch whose
-words changed still shows which buckets stayed. A history stored before the buckets were kept has
-none; its first comparison with numbers that moved is ``features_upgraded`` (null), as when the
-wording digests were added.
+words changed still shows which buckets stayed. A probe answered 304 (a server whose validators
+follow the content, not the counter) says the suspects stood still: they are content. A history
+stored before the buckets were kept has none; its first comparison with numbers that moved is
+``features_upgraded`` (null), as when the wording digests were added.
 """
 
 from __future__ import annotations
@@ -119,6 +120,14 @@ def learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn
     churn = (masks.churn | confirmed) & ~steady
     return Learned(masks.still_once | still, steady, churn, host_churn_votes=confirmed & ~masks.churn,
                    host_steady_votes=steady & ~masks.steady & host_churn)
+
+
+def learn_not_modified(buckets: bytes, masks: Learned, host_churn: int) -> Learned:
+    """The masks after a probe answered 304: the server says nothing moved since the fetch that
+    asked for it, so whatever the page could not place then is content (the churn it knows of
+    stays churn: a validator that ignores a counter says nothing of it)."""
+    unplaced = filled_buckets(buckets) & ~(masks.churn | host_churn | masks.steady)
+    return Learned(masks.still_once, masks.steady | unplaced, masks.churn)
 
 
 @dataclass

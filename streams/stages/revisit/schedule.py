@@ -39,7 +39,7 @@ from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
 from streams.stages.revisit.estimators import estimate_rate
 from streams.stages.revisit.history import FetchHistory, Observation
 from streams.stages.revisit.hosts import HostChanges
-from streams.stages.revisit.numbers import HostNumbers, Learned, learn
+from streams.stages.revisit.numbers import HostNumbers, Learned, learn, learn_not_modified
 from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
@@ -192,12 +192,18 @@ def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: Chang
 
 def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNumbers | None) -> Learned:
     """What the page knows of its numbers after ``fetch``: learned when both it and the stored copy
-    are full responses with numbers, else as it was (a 304, a HEAD or a page without numbers)."""
+    are full responses with numbers, or from a probe answered 304; else as it was (a HEAD, another
+    304, a page without numbers)."""
     masks = Learned(previous.numbers_still_once, previous.numbers_steady, previous.numbers_churn)
-    full = fetch.status != 304 and fetch.method != "HEAD"
-    if not full or fetch.number_buckets is None or previous.number_buckets is None:
-        return masks
     host = host_numbers if host_numbers is not None else HostNumbers()
+    if previous.number_buckets is None or fetch.method == "HEAD":
+        return masks
+    if fetch.status == 304:
+        if not previous.numbers_probing:
+            return masks
+        return learn_not_modified(previous.number_buckets, masks, host.churn_mask())
+    if fetch.number_buckets is None:
+        return masks
     learned = learn(previous.number_buckets, fetch.number_buckets, masks, previous.numbers_probing,
                     host.churn_mask())
     host.vote(learned)

@@ -101,6 +101,20 @@ def test_numbers_that_churn_are_learned_apart_from_numbers_that_are_content() ->
     assert updates[-1]["change_distance"] <= 6   # a small edit, graded small, still a change
 
 
+def test_a_probe_answered_304_makes_what_the_page_could_not_place_content() -> None:
+    """A server whose ETag follows the content answers the probe 304: the numbers that moved before
+    it stood still since, so they are content, and the next numbers-only edit is a change."""
+    def tagged(line: dict[str, Any], tag: str) -> dict[str, Any]:
+        return dict(line, headers={"ETag": f'"{tag}"'})
+
+    not_modified = {"url": "http://example.com/a", "status": 304, "fetched_at": "2024-05-02T13:00:00Z",
+                    "headers": {"ETag": '"v2"'}}
+    updates = run([tagged(counted(1, 1041), "v1"), tagged(counted(2, 1042, version="3.12.8"), "v2"),
+                   not_modified, tagged(counted(3, 1050, version="3.12.9"), "v3")])
+    assert [(u["changed"], u["signal"]) for u in updates[1:]] == [
+        (None, "numbers_unlearned"), (False, "not_modified"), (True, "number_edit")]
+
+
 def test_a_host_whose_pages_agree_on_a_churning_number_spares_its_next_pages_the_probe() -> None:
     lines = []
     for index in range(3):
