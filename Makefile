@@ -39,10 +39,10 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,docs,bench]'
 	touch $@
 
-# The release streams/kafka_release.json pins (tools/kafka_release.py writes it from kafka/pom.xml),
+# The release streams/broker/kafka_release.json pins (tools/kafka_release.py writes it from kafka/pom.xml),
 # checked by SHA-256, in the user's cache: the same code path an installed package takes.
 jars: $(JARS)
-$(JARS): $(STAMP) streams/kafka_release.json
+$(JARS): $(STAMP) streams/broker/kafka_release.json
 	$(PY) -m streams kafka fetch
 	touch $@
 

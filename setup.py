@@ -119,7 +119,7 @@ def _extensions() -> list[object]:
 # schemas, whose one source is the top-level schemas/ the design card names (streams/schemas is a
 # symbolic link to it, so a build copies the files in and an editable install reads them in place),
 # and the pinned Kafka release's manifest (written from kafka/pom.xml by tools/kafka_release.py).
-PACKAGE_DATA = {"streams": ["schemas/*.schema.json", "kafka_release.json", "py.typed"]}
+PACKAGE_DATA = {"streams": ["schemas/*.schema.json", "py.typed"], "streams.broker": ["kafka_release.json"]}
 
 setup(packages=find_namespace_packages(include=["streams", "streams.*"], exclude=["*__pycache__"]),
       package_data=PACKAGE_DATA,

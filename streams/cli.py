@@ -17,8 +17,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from streams import config, kafka_command, registry
-from streams.cluster import kafka_config
+from streams import config, registry
+from streams.broker import kafka_command
+from streams.broker.bootstrap import kafka_config
 from streams.ops import logs
 from streams.ops.logs import (
     DEFAULT_LOG_FORMAT,

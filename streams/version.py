@@ -5,7 +5,7 @@ version, whether the per-record hot path runs compiled (mypyc, ``setup.py``) or 
 (about half the URL stage's speed), the librdkafka in use, and the Kafka and librdkafka releases
 the project's tests ran against. The last two are this release's pins: librdkafka as bundled by
 the confluent-kafka release ``constraints.txt`` pins, Kafka as the local broker's release
-(``kafka/pom.xml``, carried in ``streams/kafka_release.json``); ``tests/test_version.py`` keeps
+(``kafka/pom.xml``, carried in ``streams/broker/kafka_release.json``); ``tests/test_version.py`` keeps
 the constants below equal to those pins.
 """
 
@@ -29,7 +29,7 @@ def package_version() -> str:
 def version_text() -> str:
     import confluent_kafka
 
-    from streams import kafka_release
+    from streams.broker import kafka_release
     from streams.compiled import built_sources, compiled_modules
 
     compiled = compiled_modules()

@@ -23,8 +23,9 @@ from contextlib import contextmanager
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streams import config, kafka_cluster, kafka_local
-from streams.kafka_cluster import LocalCluster
+from streams import config
+from streams.broker import kafka_cluster, kafka_local
+from streams.broker.kafka_cluster import LocalCluster
 from streams.runtime.kafka_io import KafkaConfig
 from testing import reliability as r
 

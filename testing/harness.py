@@ -23,7 +23,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.errors import RuntimeFailure
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_from, read_to_end
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 
 # Workers started by tests serve their metrics on any free port, never on the stages' own: several

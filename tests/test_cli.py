@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import streams.cli as cli
-from streams import kafka_release
+from streams.broker import kafka_release
 from streams.version import TESTED_CONFLUENT_KAFKA, TESTED_LIBRDKAFKA, version_text
 from testing.cli import PROJECT_ROOT
 

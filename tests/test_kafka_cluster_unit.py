@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from streams import kafka_cluster, kafka_local
+from streams.broker import kafka_cluster, kafka_local
+from streams.broker.kafka_cluster import LocalCluster
 from streams.errors import BrokerError
-from streams.kafka_cluster import LocalCluster
 
 
 def _settings(broker: kafka_local.LocalBroker) -> dict[str, str]:

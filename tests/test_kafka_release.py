@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from streams import kafka_release
+from streams.broker import kafka_release
+from streams.broker.kafka_release import Artifact, Release
 from streams.errors import BrokerError
-from streams.kafka_release import Artifact, Release
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,7 +141,7 @@ def test_the_manifest_pins_the_poms_release_with_a_checksum_per_jar() -> None:
     names = {each.artifact for each in release.artifacts}
     assert {"kafka_2.13", "kafka-clients", "log4j-core", "log4j-slf4j2-impl"} <= names
     assert all(re.fullmatch("[0-9a-f]{64}", each.sha256) and each.size > 0 for each in release.artifacts)
-    manifest = json.loads((ROOT / "streams" / "kafka_release.json").read_text())
+    manifest = json.loads((ROOT / "streams" / "broker" / "kafka_release.json").read_text())
     assert manifest["kafka_version"] == version.group(1)
 
 

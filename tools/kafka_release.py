@@ -1,4 +1,4 @@
-"""Write streams/kafka_release.json, the package's pin of the local broker's Kafka release.
+"""Write streams/broker/kafka_release.json, the package's pin of the local broker's Kafka release.
 
     python tools/kafka_release.py          # after changing kafka/pom.xml (needs Maven)
     python tools/kafka_release.py --check  # the manifest matches the pom's version and jars
@@ -6,7 +6,7 @@
 kafka/pom.xml names the release (``kafka.version``) and the log4j binding; Maven resolves their
 runtime dependencies. This tool runs that resolution once and records every jar's coordinates,
 size and SHA-256 in the manifest the package carries, so an installed package fetches exactly
-these files from Maven Central without Maven (streams/kafka_release.py). The pom stays the one
+these files from Maven Central without Maven (streams/broker/kafka_release.py). The pom stays the one
 place a person edits; the manifest is its lock file, written here and checked by the tests.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 POM = ROOT / "kafka" / "pom.xml"
-MANIFEST = ROOT / "streams" / "kafka_release.json"
+MANIFEST = ROOT / "streams" / "broker" / "kafka_release.json"
 # "group:artifact:jar:version:scope:/path/to/file.jar", as dependency:list writes each resolved jar.
 _RESOLVED = re.compile(r"^\s*([^:\s]+):([^:]+):jar:([^:]+):(?:compile|runtime):(/.+\.jar)\s*$")
 

@@ -33,7 +33,8 @@ from typing import Any, Final
 
 import orjson
 
-from streams import config, kafka_local, registry
+from streams import config, registry
+from streams.broker import kafka_local
 from streams.dev import simweb
 from streams.ops.progress import ProgressBoard
 from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end

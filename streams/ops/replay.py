@@ -28,7 +28,7 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams import config
-from streams.cluster import kafka_config
+from streams.broker.bootstrap import kafka_config
 from streams.errors import ConfigError
 from streams.ops.warc import DEFAULT_MAX_LINKS, FETCHED_PAGES, FRONTIER, Item, Out, Skip, warc_items
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig

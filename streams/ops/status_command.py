@@ -31,9 +31,9 @@ import orjson
 from confluent_kafka.admin import AdminClient
 
 from streams import config, registry
-from streams.cluster import kafka_config
+from streams.broker.bootstrap import kafka_config
+from streams.broker.kafka_release import cache_root
 from streams.errors import RecordRejected, StreamsError
-from streams.kafka_release import cache_root
 from streams.ops.owners import Owner, OwnersCache, describe
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.partitioner import partition_for

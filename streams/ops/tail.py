@@ -23,7 +23,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from streams import config
-from streams.cluster import kafka_config
+from streams.broker.bootstrap import kafka_config
 from streams.errors import BrokerError, ConfigError
 from streams.topics import Topics
 

@@ -41,8 +41,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from streams import kafka_cluster, kafka_local
-from streams.kafka_cluster import LocalCluster
+from streams.broker import kafka_cluster, kafka_local
+from streams.broker.kafka_cluster import LocalCluster
 from streams.runtime.kafka_io import KafkaConfig
 from testing import cluster as c
 from testing import disks

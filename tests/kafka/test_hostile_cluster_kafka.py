@@ -36,7 +36,8 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.runtime.kafka_io import KafkaConfig, read_to_end
 from testing import reliability as r
 

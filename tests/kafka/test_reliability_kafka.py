@@ -70,7 +70,8 @@ from pathlib import Path
 
 import pytest
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 from testing import reliability as r
 

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 from streams.topics import Topics
 from testing import harness as h

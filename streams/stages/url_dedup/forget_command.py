@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 
 from streams import records
-from streams.cluster import kafka_config
+from streams.broker.bootstrap import kafka_config
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.api import KafkaConfig, current_topics
 from streams.stages.url_dedup.forget import STAGE, ForgetReport, canonical_host, forget, named_selection

@@ -52,7 +52,7 @@ def _migrate_options(command: argparse.ArgumentParser) -> None:
 
 
 def _migrate(spec: StageSpec, args: argparse.Namespace) -> int:
-    from streams.cluster import kafka_config
+    from streams.broker.bootstrap import kafka_config
     from streams.stages.url_dedup.migrate import migrate
 
     settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)

@@ -1,5 +1,5 @@
 """The ``kafka`` command: the local broker, or a local cluster of several nodes, for development,
-tests and the demo (:mod:`streams.kafka_local`, :mod:`streams.kafka_cluster`).
+tests and the demo (:mod:`streams.broker.kafka_local`, :mod:`streams.broker.kafka_cluster`).
 
 ``start``, ``stop``, ``status`` and ``wipe`` find a cluster by its base ``--port`` (the layout its
 first start recorded), so only the first ``start`` needs ``--brokers``.
@@ -11,7 +11,8 @@ import argparse
 import json
 from typing import Any
 
-from streams import config, kafka_cluster, kafka_local
+from streams import config
+from streams.broker import kafka_cluster, kafka_local
 from streams.errors import StreamsError
 
 

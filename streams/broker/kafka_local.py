@@ -1,7 +1,7 @@
 """A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for tests, the demo and benchmarks.
 
 Why a project-run broker: nothing on PyPI, npm or Debian ships a Kafka broker, so the pinned
-release's jars come from Maven Central into the per-user cache (:mod:`streams.kafka_release`), and
+release's jars come from Maven Central into the per-user cache (:mod:`streams.broker.kafka_release`), and
 the broker runs from there: an installed package needs no checkout and no Maven. This module writes
 a ``server.properties``, formats the log directory once (``kafka.tools.StorageTool format``), starts
 ``kafka.Kafka`` as a detached JVM and records its pid, so ``start``/``stop``/``status`` work across
@@ -16,7 +16,7 @@ The broker settings favour quick tests on a 2-core machine over durability: repl
 few internal partitions, no initial rebalance delay, and short transaction clean-up intervals so a
 SIGKILLed worker's open transaction is aborted promptly once its successor fences it.
 
-A :class:`LocalBroker` is also one node of a local cluster (:mod:`streams.kafka_cluster`): its node
+A :class:`LocalBroker` is also one node of a local cluster (:mod:`streams.broker.kafka_cluster`): its node
 id, the quorum's voters and the replication its topics default to are fields, and its folder is the
 cluster's. With a SCRAM listener the broker authorizes requests (KRaft's ``StandardAuthorizer``):
 the PLAINTEXT and controller listeners' ``ANONYMOUS`` principal is a super user and a resource
@@ -39,7 +39,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams import kafka_release
+from streams.broker import kafka_release
 from streams.errors import BrokerError
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
@@ -62,7 +62,7 @@ class LocalBroker:
     scram_port: int | None = None
     scram_user: str = "crawl"
     scram_password: str = "crawl-secret"
-    # One node of a local cluster (streams.kafka_cluster): its id, every controller of the quorum as
+    # One node of a local cluster (streams.broker.kafka_cluster): its id, every controller of the quorum as
     # (node id, controller port) (empty: this node alone), the replication factor topics default to
     # (min.insync.replicas one less, at least 1), its folder under ``home``, the shared cluster id.
     node_id: int = 1

@@ -3,7 +3,7 @@
 Why this way: nothing on PyPI, npm or Debian ships a Kafka broker, and the Apache download archive
 is not reachable everywhere this runs, but Maven Central serves the broker's jars. ``kafka/pom.xml``
 pins the release; ``tools/kafka_release.py`` resolves it with Maven once and writes the manifest
-the package carries (``streams/kafka_release.json``: each jar's coordinates, size and SHA-256).
+the package carries (``streams/broker/kafka_release.json``: each jar's coordinates, size and SHA-256).
 So an installed package needs neither a checkout nor Maven: on first use each jar is downloaded
 over HTTPS and checked against its SHA-256.
 
@@ -78,7 +78,7 @@ class Release:
 
 def pinned() -> Release:
     """The release this package was built with (the manifest inside the package)."""
-    text = resources.files("streams").joinpath("kafka_release.json").read_text(encoding="utf-8")
+    text = resources.files("streams.broker").joinpath("kafka_release.json").read_text(encoding="utf-8")
     loaded = json.loads(text)
     return Release(loaded["kafka_version"], tuple(Artifact(**each) for each in loaded["artifacts"]))
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streams import config, kafka_local
+from streams import config
+from streams.broker import kafka_local
 from streams.runtime.kafka_io import KafkaConfig
 
 

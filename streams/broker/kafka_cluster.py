@@ -11,14 +11,14 @@ Topics default to replication factor 3 (or the node count, when smaller) and
 ``min.insync.replicas`` one less: with 3 nodes, any one may be down while every acknowledged write
 still has two copies (Kafka's promise: no acknowledged write is lost while ``min.insync.replicas``
 replicas live). The transaction log and the group offsets topic get the same. Each node is a
-:class:`~streams.kafka_local.LocalBroker` with its own folder under the cluster's,
+:class:`~streams.broker.kafka_local.LocalBroker` with its own folder under the cluster's,
 ``<cache>/cluster-<port>/node-<id>``; ``cluster.json`` beside them records the layout, so
 ``kafka start|stop|status|wipe --port P`` find the cluster without being told its size again.
 
 Ports, for base port P: node *k* (node id *k*, from 1) listens for clients on P + 2(k-1) and for
 its quorum on the port above; with a SCRAM listener at S, node *k*'s is S + k - 1. Heaps: 512 MB a
 node by default (1.5 GB for three, on a 24 GB machine), with fewer threads than Kafka's defaults
-(:data:`~streams.kafka_local.CLUSTER_NODE_THREADS`).
+(:data:`~streams.broker.kafka_local.CLUSTER_NODE_THREADS`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams import kafka_local, kafka_release
+from streams.broker import kafka_local, kafka_release
+from streams.broker.kafka_local import LocalBroker
 from streams.errors import BrokerError
-from streams.kafka_local import LocalBroker
 
 LAYOUT_FILE = "cluster.json"
 MAX_REPLICATION = 3
