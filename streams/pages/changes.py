@@ -8,14 +8,14 @@ that leaves the site's boilerplate out), and it adds the *wording digest*: BLAKE
 with every number masked (:func:`mask_numbers`).
 
 Why a second digest: the text digest tells "not one character of the text moved"; a page whose text
-moved by a view counter, a "3 minutes ago" or a date inside the article (numbers) has not changed
-for a reader or an index, while a one-word edit of a long page has, though it may move a 64-bit
-SimHash by no bit at all (a word of a 1,500-word page is two of its ~3,000 shingles). So equal
-wording digests mean "only numbers moved", and different ones mean the words changed, however
-little; the SimHash distance then grades the change instead of deciding it. Numbers are the one
-exception, chosen because the page stage leaves them out of its features for the same reason
-(:mod:`streams.pages.features`, version 2): an edit that changes only numbers (a version, a price)
-is not seen. The content-seen stage never calls this module.
+moved by a view counter, a "3 minutes ago" or a date inside the article (numbers) may not have
+changed for a reader or an index, while a one-word edit of a long page has, though it may move a
+64-bit SimHash by no bit at all (a word of a 1,500-word page is two of its ~3,000 shingles). Month
+and weekday names count as numbers (English ones, capitalised: "Tuesday, 3 December" is a date, and
+a clock written so moves them at every fetch). So equal wording digests mean "only numbers moved",
+and different ones mean the words changed, however little; the SimHash distance then grades the
+change instead of deciding it. The page stage leaves numbers out of its features for a like reason
+(:mod:`streams.pages.features`, version 2). The content-seen stage never calls this module.
 
 Which numbers are content, the wording digest cannot say: a version or a price edited in the
 article is a change, a view counter or a clock in it is not. So the numbers are also kept, in
@@ -46,8 +46,13 @@ from streams.pages.simhash import simhash64
 CHANGE_FEATURES_VERSION: Final = 1
 """Bumped whenever the change text, the masking or the features could change for some page."""
 
-# A run of digits with its separators (1,234,567 and 12:03:44 and 1.2.3 are one number each).
-_NUMBER: Final = re.compile(r"\d+(?:[.,:'\u00a0\u202f ]\d+)*")
+# A run of digits with its separators (1,234,567 and 12:03:44 and 1.2.3 are one number each), or an
+# English month or weekday name, capitalised, in full or abbreviated: a date in words is a number too.
+_CALENDAR_WORDS: Final = (
+    "Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+    "|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?|Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?"
+    "|Thu(?:r(?:s(?:day)?)?)?|Fri(?:day)?|Sat(?:urday)?|Sun(?:day)?")
+_NUMBER: Final = re.compile(rf"\d+(?:[.,:'\u00a0\u202f ]\d+)*|\b(?:{_CALENDAR_WORDS})\b")
 NUMBER_BUCKETS: Final = 32
 """Buckets of :func:`number_buckets` (a page's numbers by context; 64 bytes a page)."""
 
@@ -66,7 +71,8 @@ class ChangeFeatures:
 
 
 def mask_numbers(text: str) -> str:
-    """Every number replaced by ``0``: ``"read 1,041 times at 12:03"`` -> ``"read 0 times at 0"``."""
+    """Every number replaced by ``0``: ``"read 1,041 times at 12:03"`` -> ``"read 0 times at 0"``, and
+    so is a month or weekday name: ``"Tuesday, 3 May"`` -> ``"0, 0 0"``."""
     return _NUMBER.sub("0", text)
 
 

@@ -107,6 +107,15 @@ def test_pages_not_compared_say_why(fields: dict[str, object], reason: str) -> N
     assert change_features({**record("<p>x</p>"), **fields}, SETTINGS) == Skipped(reason)
 
 
+@pytest.mark.parametrize(("text", "masked"), [
+    ("Served Tuesday, 3 December 2024 at 12:03 UTC.", "Served 0, 0 0 0 at 0 UTC."),
+    ("Released Mar 5; patched on Sept 30 (Thu).", "Released 0 0; patched on 0 0 (0)."),
+    ("may the sun shine on Mayfair and Marching bands", "may the sun shine on Mayfair and Marching bands"),
+], ids=["a clock in words", "abbreviations", "words that only look like months"])
+def test_month_and_weekday_names_are_numbers(text: str, masked: str) -> None:
+    assert mask_numbers(text) == masked
+
+
 COUNTED = "Read 1,041 times. Release 3.12.7 came out on 2024-10-02 and is supported until 2028."
 
 

@@ -14,8 +14,9 @@ none), the observations, the wording digest (:mod:`streams.pages.changes`), the 
 when there are some, what the page has learned of them (:mod:`streams.stages.revisit.numbers`: three
 masks and whether a probe is due). ``None`` numbers are NaN (floats) or -1 (integers). The version
 byte comes first so that a later format can read this one: :func:`decode_history` reads version 1
-(without the wording digest) and 2 (without the numbers), the missing parts as absent, so that
-:func:`streams.stages.revisit.signals.detect_change` compares once without them; it refuses a
+(without the wording digest) and 2 (without the numbers, and with a wording digest that masked
+digits only, not month and weekday names: ``legacy_wording``), the missing parts as absent, so
+that :func:`streams.stages.revisit.signals.detect_change` compares once without them; it refuses a
 version it does not know instead of misreading it. Histories are written in version 3.
 """
 
@@ -82,6 +83,7 @@ class FetchHistory:
     numbers_steady: int = 0              # buckets that hold content
     numbers_churn: int = 0               # buckets that move at every fetch
     numbers_probing: bool = False        # the next fetch is the probe of a suspect
+    legacy_wording: bool = False         # read from format 1 or 2: its wording digest masked fewer words
 
     def last_change_s(self) -> float | None:
         """When a change was last seen: the fetch that found it (None when none of the fetches the
@@ -164,6 +166,7 @@ def _decode(view: memoryview) -> FetchHistory:
         if number_buckets is not None:
             masks = _NUMBER_MASKS.unpack_from(view, offset)
     return FetchHistory(
+        legacy_wording=view[0] < 3 and wording_digest is not None,
         first_fetch_s=first_s, last_fetch_s=last_s, interval_s=interval_s,
         status=None if status < 0 else status, etag=etag, last_modified=last_modified,
         content_type=content_type, content_length=None if length < 0 else length, body_digest=body_digest,

@@ -27,7 +27,8 @@ decided. The evidence is read in this order, the first that applies deciding:
    unchanged). The change text and the wording digest are :mod:`streams.pages.changes`'s. A history
    stored before wording digests were kept is compared once without them: texts that differ are
    ``features_upgraded`` (``None``), since the text compared may have been extracted otherwise;
-   so are numbers that moved when the history kept no number buckets.
+   so are numbers that moved when the history kept no number buckets, and wording digests that
+   differ when the stored one masked fewer words (format 2 and before: no month names).
    Without wording digests on either side (a caller of the core that computes none), SimHashes
    decide as before: ``simhash_trivial`` within the threshold, else ``simhash``; without SimHashes
    the text digests, then the body digests (``text_digest``, ``digest``: changed).
@@ -124,6 +125,8 @@ def _content_decision(previous: FetchHistory, fetch: Fetch, simhash_threshold: i
     if fetch.wording_digest is not None and previous.wording_digest is not None:
         if fetch.wording_digest == previous.wording_digest:
             return _numbers_decision(previous, fetch, host_churn, distance)
+        if previous.legacy_wording:
+            return ChangeDecision(None, "features_upgraded", distance)
         if distance is not None and distance <= simhash_threshold:
             return ChangeDecision(False, "simhash_trivial", distance)
         return ChangeDecision(True, "wording", distance)

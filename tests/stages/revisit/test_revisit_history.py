@@ -60,9 +60,11 @@ def test_histories_of_format_1_are_read(history: FetchHistory) -> None:
 
 @given(histories)
 def test_histories_of_format_2_are_read(history: FetchHistory) -> None:
-    """Format 2 is format 3 without the number buckets (and what was learned of them) at the end."""
+    """Format 2 is format 3 without the number buckets (and what was learned of them) at the end;
+    its wording digest, masking digits only, is marked to be compared once without it."""
     encoded = encode_history(history)
-    assert decode_history(bytes([2]) + encoded[1:-1]) == history
+    read = decode_history(bytes([2]) + encoded[1:-1])
+    assert read == dataclasses.replace(history, legacy_wording=history.wording_digest is not None)
 
 
 def test_encoding_is_compact() -> None:
