@@ -30,6 +30,7 @@ import hashlib
 import html
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -46,6 +47,7 @@ _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.S)
 _MDX_IMPORT = re.compile(r"^(import|export) .*$", re.M)
 _TAG = re.compile(r"<[^>]*>")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _SPONSORS = (
     "Ship faster with hosted search for your documentation: instant answers, typo tolerance, analytics.",
     "Our cloud runs your builds on every push. Free for open source projects, forever.",
@@ -93,6 +95,7 @@ class Version:
     title: str
     article: str       # rendered HTML of the article (title and body)
     text_id: int       # interned visible text: equal ids, equal text
+    words_id: int      # interned visible text with every number masked: equal across a numbers-only edit
 
 
 @dataclass
@@ -122,15 +125,18 @@ class SitePage:
 class Site:
     """Every page of the dataset, rendered once per version, grouped by host."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, hosts: Sequence[str] = ()) -> None:
+        """``hosts``: every site's host in the manifest's order, when ``dataset`` holds only some of
+        them (a site's article churn is the form of its place in that order)."""
         texts: dict[str, int] = {}
         self.window_s = dataset.window_s
         self.pages = [_site_page(i, page, texts) for i, page in enumerate(dataset.pages)]
         self.by_host: dict[str, list[SitePage]] = {}
         for page in self.pages:
             self.by_host.setdefault(page.host, []).append(page)
+        order = list(hosts) or list(self.by_host)
         self.churn = {host: (_ARTICLE_CHURN[n % len(_ARTICLE_CHURN)], (n + n // len(_ARTICLE_CHURN)) % 2 == 0)
-                      for n, host in enumerate(self.by_host)}
+                      for n, host in enumerate(order) if host in self.by_host}
 
     def reset(self) -> None:
         """Back to no fetch served, so a replay's responses do not depend on the replays before it."""
@@ -237,7 +243,9 @@ def _site_page(index: int, page: Page, texts: dict[str, int]) -> SitePage:
     versions = []
     for start_s, source in page.versions:
         title, article = render(page.path, source)
-        text_id = texts.setdefault(visible_text(article), len(texts))
-        versions.append(Version(start_s, title, article, text_id))
+        text = visible_text(article)
+        text_id = texts.setdefault(text, len(texts))
+        words_id = texts.setdefault("\0" + _NUMBER.sub("#", text), len(texts))
+        versions.append(Version(start_s, title, article, text_id, words_id))
     conditional = hashlib.blake2b(page.url.encode(), digest_size=1).digest()[0] % 2 == 0
     return SitePage(index, page.url, page.host, conditional, versions)
