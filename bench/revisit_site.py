@@ -217,15 +217,29 @@ def render(path: str, source: str) -> tuple[str, str]:
 def _releases(meta: dict[str, Any]) -> str:
     """The front matter's ``releases`` list as the table the page shows (endoflife.date renders its
     products' release cycles so: without it their edits, versions and dates, would be invisible).
-    Every key of any release is a column, in the order first seen; a cell a release lacks is empty."""
+    Every field of any release is a column, in the order first seen, headed by the label the site
+    shows (:data:`_RELEASE_LABELS`; other fields by their name), so that renaming a field in the
+    source (``support`` to ``eoas``, ``latestReleaseDate`` to ``latestDate`` and back) changes no
+    text, as on the site; links are targets, not text, and are left out. A missing cell is empty."""
     releases = [r for r in meta.get("releases") or () if isinstance(r, dict)]
     if not releases:
         return ""
-    columns = list(dict.fromkeys(key for release in releases for key in release))
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
-                   for r in releases)
+    columns: dict[str, list[Any]] = {}
+    for name in dict.fromkeys(key for release in releases for key in release):
+        if "link" not in str(name).lower():
+            columns.setdefault(_RELEASE_LABELS.get(str(name), str(name)), []).append(name)
+    head = "".join(f"<th>{html.escape(label)}</th>" for label in columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(next((r[n] for n in names if n in r), None)))}"
+                                    "</td>" for names in columns.values()) + "</tr>" for r in releases)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+_RELEASE_LABELS = {
+    "releaseCycle": "Release", "codename": "Codename", "releaseDate": "Released", "support": "Active support",
+    "eoas": "Active support", "eol": "End of life", "eoes": "Extended support", "lts": "LTS",
+    "latest": "Latest", "latestReleaseDate": "Latest release date", "latestDate": "Latest release date",
+    "discontinued": "Discontinued",
+}
 
 
 def _cell(value: Any) -> str:
