@@ -302,7 +302,7 @@ def dataset_summary(site: Site, dataset: Dataset) -> dict[str, Any]:
 
 def _trees(paths: list[Path]) -> dict[str, str]:
     """Label (the checkout's short commit, else its folder's name) to path of each ``--tree``."""
-    labels = {}
+    labels: dict[str, str] = {}
     for path in paths:
         done = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=False)
