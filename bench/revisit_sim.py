@@ -75,12 +75,16 @@ def stage_env(policy: str, **settings: Any) -> dict[str, str]:
 
 
 class OfflineStage:
-    """``python -m streams revisit --offline`` in a subprocess: one JSON line in, one line out."""
+    """``python -m streams revisit --offline`` in a subprocess: one JSON line in, one line out.
 
-    def __init__(self, env: dict[str, str], state_dir: Path) -> None:
+    With ``tree``, the stage of that checkout rather than this one (run from it, with it alone on
+    ``PYTHONPATH``), so that one benchmark can compare two versions of the stage on the same pages."""
+
+    def __init__(self, env: dict[str, str], state_dir: Path, tree: Path | None = None) -> None:
+        where = {"PYTHONPATH": str(tree)} if tree is not None else {}
         self._process = subprocess.Popen(
             [sys.executable, "-m", "streams", "revisit", "--offline", "--state-dir", str(state_dir)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **env})
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **env, **where}, cwd=tree)
 
     def decide(self, record: dict[str, Any]) -> dict[str, Any]:
         assert self._process.stdin is not None and self._process.stdout is not None

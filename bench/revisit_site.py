@@ -2,18 +2,24 @@
 
 A fetch of a page at time ``t`` gets the page's file as it was at ``t`` (bench/revisit_history.py),
 its markdown rendered (markdown-it-py, CommonMark with tables and raw HTML; YAML front matter gives
-the title) inside one template per site: a header with the site's navigation, a sidebar listing the
-titles of the site's pages as they are at ``t`` (so one page's new title changes every page's
-sidebar: real boilerplate change), the article, and a footer. Around it, churn that a crawler must
-not take for a change, drawn afresh for every response: a view counter, the time of rendering and
-a build id, a session token in the sign-in link, a CSRF token in a meta tag and a hidden form field,
-a rotating "popular pages" list and a rotating sponsor's sentence.
+the title, and a ``releases`` list in it the table endoflife.date shows) inside one template per
+site: a header with the site's navigation, a sidebar listing the titles of the site's pages as they
+are at ``t`` (so one page's new title changes every page's sidebar: real boilerplate change), the
+article, and a footer. Around it, churn that a crawler must not take for a change, drawn afresh for
+every response: a view counter, the time of rendering and a build id, a session token in the
+sign-in link, a CSRF token in a meta tag and a hidden form field, a rotating "popular pages" list
+and a rotating sponsor's sentence. And one sentence of churn inside the article itself, where a
+crawler's main-text extraction keeps it: a view counter, the time the page was generated, both, or
+that time in words (weekday and month names), at the article's top or bottom, one form per site
+(:data:`_ARTICLE_CHURN`), so that a rule learned on one site's template cannot assume another's. It
+is template, not content: the page's own numbers are the commit's.
 
-The truth: a page *changed* when the visible text of its article (title and rendered body, tags
-stripped, whitespace collapsed) differs; a commit that only touched front matter, markup or
-whitespace does not change it. Half the pages (drawn by URL) answer conditional requests: a strong
-ETag of the article and sidebar as built, Last-Modified the last time either changed, and 304 to a
-matching If-None-Match (RFC 9110 section 13.2.2: If-Modified-Since only without one). The other
+The truth: a page *changed* when the visible text of its article as committed (title and rendered
+body, tags stripped, whitespace collapsed; the churn sentence is not part of it) differs; a commit
+that only touched the rest of the front matter, markup or whitespace does not change it. Half the
+pages (drawn by URL) answer conditional requests: a strong ETag of the article and sidebar as built,
+Last-Modified the last time either changed, and 304 to a matching If-None-Match (RFC 9110 section
+13.2.2: If-Modified-Since only without one). The other
 half send no validators and always answer 200.
 """
 
@@ -24,6 +30,7 @@ import hashlib
 import html
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -39,6 +46,8 @@ _MARKDOWN = MarkdownIt("commonmark", {"html": True}).enable("table")
 _FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.S)
 _MDX_IMPORT = re.compile(r"^(import|export) .*$", re.M)
 _TAG = re.compile(r"<[^>]*>")
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
 _SPONSORS = (
     "Ship faster with hosted search for your documentation: instant answers, typo tolerance, analytics.",
     "Our cloud runs your builds on every push. Free for open source projects, forever.",
@@ -49,12 +58,44 @@ _SPONSORS = (
 )
 
 
+def _views(rng: random.Random, at: datetime) -> str:
+    return f"This page has been viewed {rng.randint(1_000, 2_000_000):,} times."
+
+
+def _generated(rng: random.Random, at: datetime) -> str:
+    return f"Page generated {at:%Y-%m-%d %H:%M:%S} UTC in {rng.randint(8, 90)} ms."
+
+
+def _views_and_generated(rng: random.Random, at: datetime) -> str:
+    return f"Viewed {rng.randint(1_000, 2_000_000):,} times; page generated {at:%Y-%m-%d %H:%M:%S} UTC."
+
+
+def _served_in_words(rng: random.Random, at: datetime) -> str:
+    readers = rng.randint(2, 400)
+    return f"Served {at:%A}, {at.day} {at:%B %Y} at {at:%H:%M} UTC to one of {readers} readers online."
+
+
+# The article's churn sentence of the n-th site (in the manifest's order): form n % 4, placed after
+# the title when (n + n // 4) is even, else at the end.
+_ARTICLE_CHURN = (_views, _generated, _views_and_generated, _served_in_words)
+
+
+class _FrontMatterLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML's safe loader (libyaml's when built: endoflife.date's front matter is long) with dates
+    kept as written: the pages show them so, and a version with an impossible date (a 2024-02-30
+    fixed by the next commit) still renders rather than losing its front matter."""
+
+
+_FrontMatterLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_scalar)
+
+
 @dataclass
 class Version:
     start_s: float
     title: str
     article: str       # rendered HTML of the article (title and body)
     text_id: int       # interned visible text: equal ids, equal text
+    words_id: int      # interned visible text with every number masked: equal across a numbers-only edit
 
 
 @dataclass
@@ -84,13 +125,23 @@ class SitePage:
 class Site:
     """Every page of the dataset, rendered once per version, grouped by host."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, hosts: Sequence[str] = ()) -> None:
+        """``hosts``: every site's host in the manifest's order, when ``dataset`` holds only some of
+        them (a site's article churn is the form of its place in that order)."""
         texts: dict[str, int] = {}
         self.window_s = dataset.window_s
         self.pages = [_site_page(i, page, texts) for i, page in enumerate(dataset.pages)]
         self.by_host: dict[str, list[SitePage]] = {}
         for page in self.pages:
             self.by_host.setdefault(page.host, []).append(page)
+        order = list(hosts) or list(self.by_host)
+        self.churn = {host: (_ARTICLE_CHURN[n % len(_ARTICLE_CHURN)], (n + n // len(_ARTICLE_CHURN)) % 2 == 0)
+                      for n, host in enumerate(order) if host in self.by_host}
+
+    def reset(self) -> None:
+        """Back to no fetch served, so a replay's responses do not depend on the replays before it."""
+        for page in self.pages:
+            page.fetches = 0
 
     def respond(self, page: SitePage, t_s: float, request: dict[str, str]) -> dict[str, Any]:
         """The ``fetched_page`` record of a GET of ``page`` at ``t_s`` with ``request``'s headers."""
@@ -118,6 +169,11 @@ class Site:
         popular = "".join(f'<li><a href="{s.url}">{html.escape(s.at(t_s).title)}</a></li>'
                           for s in rng.sample(siblings, min(5, len(siblings))))
         rendered = (EPOCH + timedelta(seconds=t_s)).strftime("%Y-%m-%d %H:%M:%S")
+        sponsor, views, took_ms = rng.choice(_SPONSORS), rng.randint(1_000, 2_000_000), rng.randint(8, 90)
+        form, on_top = self.churn[page.host]
+        churn = f'<p class="page-meta">{html.escape(form(rng, EPOCH + timedelta(seconds=t_s)))}</p>'
+        title, _, rest = version.article.partition("</h1>")
+        article = f"{title}</h1>{churn}{rest}" if on_top else f"{version.article}{churn}"
         return (
             f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<title>{html.escape(version.title)} | {page.host}</title>'
@@ -127,10 +183,10 @@ class Site:
             f'<form action="/search"><input name="q"><input type="hidden" name="csrf" value="{token}"></form>'
             f'</header><div class="layout"><aside class="sidebar"><nav><ul>{sidebar}</ul></nav>'
             f'<div class="popular"><h3>Popular pages</h3><ul>{popular}</ul></div></aside>'
-            f'<main><article>{version.article}</article></main>'
-            f'<aside class="sponsor"><p>{rng.choice(_SPONSORS)}</p></aside></div>'
-            f'<footer><p>{rng.randint(1_000, 2_000_000):,} views. Rendered {rendered} UTC in '
-            f'{rng.randint(8, 90)} ms, build {token[:7]}.</p><p>Content licensed CC BY 4.0.</p></footer>'
+            f'<main><article>{article}</article></main>'
+            f'<aside class="sponsor"><p>{sponsor}</p></aside></div>'
+            f'<footer><p>{views:,} views. Rendered {rendered} UTC in '
+            f'{took_ms} ms, build {token[:7]}.</p><p>Content licensed CC BY 4.0.</p></footer>'
             f'</body></html>')
 
 
@@ -140,7 +196,7 @@ def render(path: str, source: str) -> tuple[str, str]:
     found = _FRONT_MATTER.match(source)
     if found:
         try:
-            loaded = yaml.safe_load(found.group(1))
+            loaded = yaml.load(found.group(1), Loader=_FrontMatterLoader)  # noqa: S506 (a safe loader)
             meta = loaded if isinstance(loaded, dict) else {}
         except yaml.YAMLError:
             meta = {}
@@ -149,11 +205,47 @@ def render(path: str, source: str) -> tuple[str, str]:
         source = _MDX_IMPORT.sub("", source)
     title = str(meta.get("title") or meta.get("linkTitle") or "")
     if not title:
-        heading = re.search(r"^# (.+)$", source, re.M)
+        # Not a heading inside a comment (the semantic conventions keep Hugo's front matter in one).
+        blanked = _COMMENT.sub(lambda comment: re.sub(r"[^\n]", " ", comment.group()), source)
+        heading = re.search(r"^# (.+)$", blanked, re.M)
         title = heading.group(1).strip() if heading else path.rsplit("/", 1)[-1]
         if heading:
             source = source[:heading.start()] + source[heading.end():]
-    return title, f"<h1>{html.escape(title)}</h1>{_MARKDOWN.render(source)}"
+    return title, f"<h1>{html.escape(title)}</h1>{_releases(meta)}{_MARKDOWN.render(source)}"
+
+
+def _releases(meta: dict[str, Any]) -> str:
+    """The front matter's ``releases`` list as the table the page shows (endoflife.date renders its
+    products' release cycles so: without it their edits, versions and dates, would be invisible).
+    Every field of any release is a column, in the order first seen, headed by the label the site
+    shows (:data:`_RELEASE_LABELS`; other fields by their name), so that renaming a field in the
+    source (``support`` to ``eoas``, ``latestReleaseDate`` to ``latestDate`` and back) changes no
+    text, as on the site; links are targets, not text, and are left out. A missing cell is empty."""
+    releases = [r for r in meta.get("releases") or () if isinstance(r, dict)]
+    if not releases:
+        return ""
+    columns: dict[str, list[Any]] = {}
+    for name in dict.fromkeys(key for release in releases for key in release):
+        if "link" not in str(name).lower():
+            columns.setdefault(_RELEASE_LABELS.get(str(name), str(name)), []).append(name)
+    head = "".join(f"<th>{html.escape(label)}</th>" for label in columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(next((r[n] for n in names if n in r), None)))}"
+                                    "</td>" for names in columns.values()) + "</tr>" for r in releases)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+_RELEASE_LABELS = {
+    "releaseCycle": "Release", "codename": "Codename", "releaseDate": "Released", "support": "Active support",
+    "eoas": "Active support", "eol": "End of life", "eoes": "Extended support", "lts": "LTS",
+    "latest": "Latest", "latestReleaseDate": "Latest release date", "latestDate": "Latest release date",
+    "discontinued": "Discontinued",
+}
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "Yes" if value else "No"
+    return "" if value is None else str(value)
 
 
 def visible_text(article: str) -> str:
@@ -165,7 +257,9 @@ def _site_page(index: int, page: Page, texts: dict[str, int]) -> SitePage:
     versions = []
     for start_s, source in page.versions:
         title, article = render(page.path, source)
-        text_id = texts.setdefault(visible_text(article), len(texts))
-        versions.append(Version(start_s, title, article, text_id))
+        text = visible_text(article)
+        text_id = texts.setdefault(text, len(texts))
+        words_id = texts.setdefault("\0" + _NUMBER.sub("#", text), len(texts))
+        versions.append(Version(start_s, title, article, text_id, words_id))
     conditional = hashlib.blake2b(page.url.encode(), digest_size=1).digest()[0] % 2 == 0
     return SitePage(index, page.url, page.host, conditional, versions)
