@@ -23,7 +23,8 @@ article is a change, a view counter or a clock in it is not. So the numbers are 
 word before it and the word after), and each bucket holds a 16-bit hash of its
 numbers in order. Two fetches' buckets tell *where* the numbers moved; a counter in the template
 moves the same bucket at every fetch, page after page of the site, and the revisit stage learns
-from that which moves are churn (:mod:`streams.stages.revisit.numbers`). Hashing the context, not
+from that which moves are churn (:mod:`streams.stages.revisit.numbers`); the page's clock, the
+date and time of the response, is left out (:mod:`streams.pages.clock`). Hashing the context, not
 the position, keeps a bucket's identity when text is inserted before it.
 """
 
@@ -38,6 +39,7 @@ import mmh3
 
 from streams import records
 from streams.pages.analyze import PageSettings, digest, skip_reason
+from streams.pages.clock import clock_numbers
 from streams.pages.decode import Skipped, decode_page
 from streams.pages.extract import change_text
 from streams.pages.features import text_tokens, tokens_features
@@ -76,7 +78,7 @@ def mask_numbers(text: str) -> str:
     return _NUMBER.sub("0", text)
 
 
-def number_buckets(text: str) -> bytes | None:
+def number_buckets(text: str, fetched_at_s: float | None = None) -> bytes | None:
     """The text's numbers by context: :data:`NUMBER_BUCKETS` big-endian 16-bit values (module docstring).
 
     A number's context is the word before it and the word after, read between the numbers (so a
@@ -84,13 +86,18 @@ def number_buckets(text: str) -> bytes | None:
     an insertion elsewhere in the text moves no number to another bucket;
     its bucket is the context's MurmurHash3 modulo the bucket count, and the bucket's value the
     hash of its numbers chained in order, never 0 (0 is an empty bucket). ``None`` for a text
-    without numbers.
+    without numbers. With the fetch time, the numbers that are the response's own date and time
+    are left out (:mod:`streams.pages.clock`).
     """
     between = _NUMBER.split(text)
     if len(between) == 1:
         return None
+    numbers = _NUMBER.findall(text)
+    clock = clock_numbers(numbers, between, fetched_at_s) if fetched_at_s is not None else set()
     values = [0] * NUMBER_BUCKETS
-    for index, number in enumerate(_NUMBER.findall(text)):
+    for index, number in enumerate(numbers):
+        if index in clock:
+            continue
         before = between[index].split()[-1:]
         after = between[index + 1].split()[:1]
         bucket = mmh3.hash(" ".join(before) + "|" + " ".join(after), signed=False) % NUMBER_BUCKETS
@@ -98,9 +105,10 @@ def number_buckets(text: str) -> bytes | None:
     return b"".join(value.to_bytes(2, "big") for value in values)
 
 
-def change_features(record: Mapping[str, Any], settings: PageSettings,
-                    body: bytes | str | None = None) -> ChangeFeatures | Skipped:
-    """The change features of a fetched page, or why it is not compared (as ``analyze_page``)."""
+def change_features(record: Mapping[str, Any], settings: PageSettings, body: bytes | str | None = None,
+                    fetched_at_s: float | None = None) -> ChangeFeatures | Skipped:
+    """The change features of a fetched page, or why it is not compared (as ``analyze_page``);
+    ``fetched_at_s`` tells the page's clock from its numbers (:func:`number_buckets`)."""
     skipped = skip_reason(record)
     if skipped is not None:
         return Skipped(skipped)
@@ -117,4 +125,4 @@ def change_features(record: Mapping[str, Any], settings: PageSettings,
     return ChangeFeatures(text_digest=digest(text.encode("utf-8")),
                           wording_digest=digest(mask_numbers(text).encode("utf-8")),
                           simhash=simhash64(hashes, weights), text_chars=len(text),
-                          number_buckets=number_buckets(text))
+                          number_buckets=number_buckets(text, fetched_at_s))

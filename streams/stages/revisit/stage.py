@@ -163,9 +163,9 @@ class RevisitStage:
                                 max_record_bytes=self.max_record_bytes)
         url = canonical.canonicalize(record["url"], self._canonical)
         body = records.raw_body(records.body_bytes(record))
-        shard_record = {"url": record["url"], "host": canonical.host_of(url),
-                        "fetched_at_s": _fetched_at_s(record, message), **_validators(record, body),
-                        **page_features(record, body, self._pages)}
+        fetched_at_s = _fetched_at_s(record, message)
+        shard_record = {"url": record["url"], "host": canonical.host_of(url), "fetched_at_s": fetched_at_s,
+                        **_validators(record, body), **page_features(record, body, self._pages, fetched_at_s)}
         return [Emit(self._shards_topic, orjson.dumps(shard_record), canonical.fingerprint(url))]
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
@@ -238,14 +238,15 @@ def revisit_update(url: str, outcome: RevisitOutcome) -> dict[str, Any]:
     return update
 
 
-def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings) -> dict[str, Any]:
+def page_features(record: Mapping[str, Any], body: bytes, settings: PageSettings,
+                  fetched_at_s: float | None = None) -> dict[str, Any]:
     """Digests and SimHash of the page's change text (:mod:`streams.pages.changes`), hex-encoded for
     the shard record.
 
     A body the analysis does not read (binary, another media type, empty) still gets its body
     digest, so a PDF's change is seen; error statuses, 304s and HEADs carry no content to compare.
     """
-    features = change_features(record, settings, body)
+    features = change_features(record, settings, body, fetched_at_s)
     if isinstance(features, ChangeFeatures):
         found = {"body_digest": digest(body).hex(), "text_digest": features.text_digest.hex(),
                  "wording_digest": features.wording_digest.hex(), "simhash": features.simhash}
