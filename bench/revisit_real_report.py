@@ -116,7 +116,11 @@ def _row(name: str, r: dict[str, Any]) -> str:
 
 def _per_site(results: list[dict[str, Any]]) -> list[str]:
     """Each site's rows (every run), then how the churn-only re-fetches of the default runs were called."""
-    lines = ["Per site (the optimum of the site's own pages; at the budget: the site given the budget alone; "
+    alone = any(r.get("sites_alone") for r in results)
+    lines = [("Per site, the default and fixed runs crawling each site alone, with a stage of its own and "
+              "the budget for its pages only (--each-site); Nutch and StormCrawler on the whole set. "
+              if alone else "Per site, every run on the whole set. ") +
+             "(The optimum of the site's own pages; at the budget: the site given the budget alone; "
              "the whole set's: the optimum of all pages at the budget, on this site's pages; missed: of the "
              "real changes re-fetched, and in brackets the numbers-only changes missed of those re-fetched):",
              "", "| site | policy | fetches/page/day | freshness | optimum at that spend "
@@ -125,6 +129,8 @@ def _per_site(results: list[dict[str, Any]]) -> list[str]:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for host in results[0]["sites"]:
         for r in results:
+            if host not in r["sites"]:
+                continue
             m = r["sites"][host]
             at_budget = m.get("optimum_at_budget", {}).get("freshness")
             cells = [host, r["run"], f"{m['fetches_per_page_per_day']:.3f}", f"{m['freshness']:.4f}",
