@@ -11,12 +11,14 @@ response's, not the page's. :func:`clock_numbers` finds them among the text's nu
 :mod:`streams.pages.changes` splits them) so that they are left out of the number buckets.
 
 The rule, on runs of adjacent numbers (separated by at most :data:`MAX_GAP_CHARS` characters
-without letters, as in ``2024-05-02`` or ``Tuesday, 3 December 2024``): a run holding a time whose
-minutes (and seconds) are those of the fetch, within :data:`TIME_SLACK_S` (hours are left free: the
-page may print another time zone), is a clock; so is a run of two numbers or more that are all the
-parts of one date within a day of the fetch (year, month as number or name, day, weekday name)
-and hold its day or its weekday. A release dated the day it was fetched is left out too, which is
-rare and costs that one date.
+without letters, as in ``2024-05-02 12:03:44`` or ``Tuesday, 3 December 2024``): a run whose numbers
+include two or more parts of one date within a day of the fetch (year, month as number or name,
+day, weekday name), its day or weekday among them and its year or a name among them (``[1] [2]``,
+footnotes on the second of January, is not a date), and nothing else but a time of day, is the
+page's clock, the time with it. A time printed alone is not judged: its minutes move at every
+fetch, which the number learning sees as churn, while a content time ("patched at 15:00") would
+match the fetch's minutes now and then and flip its bucket. A release dated the day it was
+fetched is left out too, which is rare and costs that one date.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 MAX_GAP_CHARS: Final = 3
-TIME_SLACK_S: Final = 120
-_TIME: Final = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+_TIME: Final = re.compile(r"\d{1,2}:\d{2}(?::\d{2})?")
 _LETTER: Final = re.compile(r"[^\W\d_]")
 
 
@@ -40,8 +41,7 @@ def clock_numbers(numbers: Sequence[str], between: Sequence[str], fetched_at_s: 
     clock: set[int] = set()
     for run in _runs(numbers, between):
         parts = [numbers[i] for i in run]
-        if any(_is_fetch_time(part, fetched) for part in parts) or any(
-                _is_date(parts, whole, day) for whole, day in dates):
+        if any(_is_date(parts, date) for date in dates):
             clock.update(run)
     return clock
 
@@ -57,25 +57,18 @@ def _runs(numbers: Sequence[str], between: Sequence[str]) -> list[list[int]]:
     return runs
 
 
-def _is_fetch_time(number: str, fetched: datetime) -> bool:
-    for found in _TIME.finditer(number):
-        minute, second = int(found.group(2)), found.group(3)
-        printed_s = minute * 60 + (int(second) if second is not None else fetched.second)
-        actual_s = fetched.minute * 60 + fetched.second
-        if min(abs(printed_s - actual_s), 3600 - abs(printed_s - actual_s)) <= TIME_SLACK_S:
-            return True
-    return False
-
-
-def _date_parts(day: datetime) -> tuple[frozenset[str], frozenset[str]]:
-    """(every way a part of ``day`` is written, the ways its day of month or weekday is)."""
+def _date_parts(day: datetime) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(every way a part of ``day`` is written, the ways its day of month or weekday is, the ways
+    its year or a name is)."""
     month, weekday = day.strftime("%B"), day.strftime("%A")
+    names = {month, month[:3], month[:4], weekday, weekday[:3], weekday[:4]}
     days = {str(day.day), f"{day.day:02d}", weekday, weekday[:3], weekday[:4]}
-    whole = {str(day.year), str(day.month), f"{day.month:02d}", month, month[:3], month[:4], *days}
-    return frozenset(whole), frozenset(days)
+    whole = {str(day.year), str(day.month), f"{day.month:02d}", *names, *days}
+    return frozenset(whole), frozenset(days), frozenset({str(day.year), *names})
 
 
-def _is_date(parts: Sequence[str], whole: frozenset[str], days: frozenset[str]) -> bool:
-    pieces = [piece for part in parts for piece in part.split()]
+def _is_date(parts: Sequence[str], date: tuple[frozenset[str], frozenset[str], frozenset[str]]) -> bool:
+    whole, days, strong = date
+    pieces = [piece for part in parts for piece in part.split() if not _TIME.fullmatch(piece)]
     return (len(pieces) >= 2 and all(piece in whole for piece in pieces)
-            and any(piece in days for piece in pieces))
+            and any(piece in days for piece in pieces) and any(piece in strong for piece in pieces))

@@ -11,12 +11,13 @@ Encoding (format version 3, big-endian ``struct``; 77 bytes plus 9 per observati
 validators, digests and number buckets): a fixed header, then the ETag, Last-Modified and content
 type strings (``H`` length, 0xFFFF for none), the body and text digests (``B`` length, 0xFF for
 none), the observations, the wording digest (:mod:`streams.pages.changes`), the number buckets and,
-when there are some, what the page has learned of them (:mod:`streams.stages.revisit.numbers`: three
-masks and whether a probe is due). ``None`` numbers are NaN (floats) or -1 (integers). The version
-byte comes first so that a later format can read this one: :func:`decode_history` reads version 1
-(without the wording digest) and 2 (without the numbers, and with a wording digest that masked
-digits only, not month and weekday names: ``legacy_wording``), the missing parts as absent, so
-that :func:`streams.stages.revisit.signals.detect_change` compares once without them; it refuses a
+when there are some, what the page has learned of them (:mod:`streams.stages.revisit.numbers`: each
+bucket's counts of still and moved comparisons, two masks and whether a probe is due). ``None``
+numbers are NaN (floats) or -1 (integers). The version byte comes first so that a later format can
+read this one: :func:`decode_history` reads version 1 (without the wording digest) and 2 (without
+the numbers, and with a wording digest that masked digits only, not month and weekday names:
+``legacy_wording``), the missing parts as absent, so that
+:func:`streams.stages.revisit.signals.detect_change` compares once without them; it refuses a
 version it does not know instead of misreading it. Histories are written in version 3.
 """
 
@@ -34,7 +35,7 @@ READABLE_VERSIONS: Final = (1, 2, 3)
 _HEADER: Final = struct.Struct(">BhddddqQBIIHHh")
 _OBSERVATION: Final = struct.Struct(">ffB")
 _TEXT_LENGTH: Final = struct.Struct(">H")
-_NUMBER_MASKS: Final = struct.Struct(">IIIB")
+_NUMBER_MASKS: Final = struct.Struct(">IIB")
 _NO_TEXT: Final = 0xFFFF
 _NO_BYTES: Final = 0xFF
 _COUNTER_MAX: Final = 0xFFFF
@@ -79,7 +80,7 @@ class FetchHistory:
     observations: tuple[Observation, ...] = field(default=())
     wording_digest: bytes | None = None  # the change text with numbers masked (format 2)
     number_buckets: bytes | None = None  # the change text's numbers by context (format 3)
-    numbers_still_once: int = 0          # buckets seen unchanged once (streams.stages.revisit.numbers)
+    number_tallies: bytes | None = None  # per bucket: still and moved counts (streams.stages.revisit.numbers)
     numbers_steady: int = 0              # buckets that hold content
     numbers_churn: int = 0               # buckets that move at every fetch
     numbers_probing: bool = False        # the next fetch is the probe of a suspect
@@ -124,8 +125,9 @@ def encode_history(history: FetchHistory) -> bytes:
     parts.append(_bytes(history.wording_digest))
     parts.append(_bytes(history.number_buckets))
     if history.number_buckets is not None:
-        parts.append(_NUMBER_MASKS.pack(history.numbers_still_once, history.numbers_steady,
-                                        history.numbers_churn, history.numbers_probing))
+        parts.append(_bytes(history.number_tallies))
+        parts.append(_NUMBER_MASKS.pack(history.numbers_steady, history.numbers_churn,
+                                        history.numbers_probing))
     return b"".join(parts)
 
 
@@ -157,13 +159,14 @@ def _decode(view: memoryview) -> FetchHistory:
         interval, age, changed = _OBSERVATION.unpack_from(view, offset)
         observations.append(Observation(interval, bool(changed), _optional(age)))
         offset += _OBSERVATION.size
-    wording_digest = number_buckets = None
-    masks = (0, 0, 0, False)
+    wording_digest = number_buckets = number_tallies = None
+    masks = (0, 0, False)
     if view[0] >= 2:
         wording_digest, offset = _read_bytes(view, offset)
     if view[0] >= 3:
         number_buckets, offset = _read_bytes(view, offset)
         if number_buckets is not None:
+            number_tallies, offset = _read_bytes(view, offset)
             masks = _NUMBER_MASKS.unpack_from(view, offset)
     return FetchHistory(
         legacy_wording=view[0] < 3 and wording_digest is not None,
@@ -174,8 +177,8 @@ def _decode(view: memoryview) -> FetchHistory:
         rate_per_s=_optional(rate), fetches=fetches,
         changes=changes, lm_agreements=agreements, lm_disagreements=disagreements,
         rate_bin=rate_bin, observations=tuple(observations), wording_digest=wording_digest,
-        number_buckets=number_buckets, numbers_still_once=masks[0], numbers_steady=masks[1],
-        numbers_churn=masks[2], numbers_probing=bool(masks[3]))
+        number_buckets=number_buckets, number_tallies=number_tallies, numbers_steady=masks[0],
+        numbers_churn=masks[1], numbers_probing=bool(masks[2]))
 
 
 def _float(value: float | None) -> float:

@@ -7,10 +7,13 @@ can. The change features keep a page's numbers in buckets by their context
 (:func:`streams.pages.changes.number_buckets`), so two fetches tell which buckets moved, and the
 history keeps two masks of buckets:
 
-* *steady* buckets were seen unchanged between two fetches twice, or once on a probe (below).
-  Churn moves at every response, so a steady bucket holds content, and when it moves the page
-  changed (``number_edit``). Once is not enough away from a probe: a clock of minute resolution or
-  an "updated 3 hours ago" can repeat by chance.
+* *steady* buckets stood still on a probe (below), or stood still in at least two comparisons and
+  in a quarter or more of those in which they were seen (each bucket keeps the two counts, four
+  bits each). Churn moves at every response, so a steady bucket holds content, and when it moves
+  the page changed (``number_edit``). Two still comparisons alone are not enough: a small random
+  number ("rendered in 45 ms") or an "updated 3 hours ago" repeats by chance; and a steady bucket
+  that has come to move in more than four of five comparisons is steady no longer (it is a suspect
+  again, and a probe decides).
 * *churn* buckets moved again when the page was fetched a second time soon after (below). When only
   churn buckets moved, the page did not change (``number_churn``).
 
@@ -48,6 +51,8 @@ HOST_NUMBERS_PREFIX: Final = b"n"
 HOST_MIN_PAGES: Final = 2
 HOST_MAX_DISSENT: Final = 0.25
 _VOTE_MAX: Final = 255
+_TALLY_MAX: Final = 15
+NO_TALLIES: Final = bytes(NUMBER_BUCKETS)
 _VERSION: Final = 1
 _STATE: Final = struct.Struct(f">B{NUMBER_BUCKETS}B{NUMBER_BUCKETS}B")
 
@@ -96,7 +101,7 @@ def judge(moved: int, steady: int, churn: int, probing: bool, host_churn: int) -
 class Learned:
     """The page's masks after a comparison, and the host votes it casts."""
 
-    still_once: int               # buckets seen unchanged once (steady at the second time)
+    tallies: bytes                # per bucket: comparisons it stood still (high nibble) and moved (low)
     steady: int
     churn: int
     host_churn_votes: int = 0     # buckets this page's probe found churning
@@ -106,20 +111,56 @@ class Learned:
 def learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn: int) -> Learned:
     """The page's masks after comparing two full responses' buckets (module docstring).
 
-    Only buckets filled on both sides teach anything. One equal on both is steady the second time,
-    or at once on a probe (it leaves churn); on a probe, one that moved and is not steady becomes
-    churn. The page votes
+    Only buckets filled on both sides teach anything. Each is counted still or moved; on a probe, a
+    still one is steady at once and a moved one that is not steady becomes churn. The page votes
     for its host the first time it finds a bucket churning (on a probe) or steady where the host
     says churn.
     """
     both = filled_buckets(before) & filled_buckets(after)
     moved = moved_buckets(before, after) & both
     still = both & ~moved
-    steady = masks.steady | (still if probing else still & masks.still_once)
+    tallies = _counted(masks.tallies, still, moved)
+    steady = (masks.steady | _mostly_still(tallies)) & ~_mostly_moving(tallies)
+    if probing:
+        steady |= still
     confirmed = moved & ~steady if probing else 0
     churn = (masks.churn | confirmed) & ~steady
-    return Learned(masks.still_once | still, steady, churn, host_churn_votes=confirmed & ~masks.churn,
+    return Learned(tallies, steady, churn, host_churn_votes=confirmed & ~masks.churn,
                    host_steady_votes=steady & ~masks.steady & host_churn)
+
+
+def _counted(tallies: bytes, still: int, moved: int) -> bytes:
+    """The tallies with one more still or moved comparison for the buckets in those masks; a count
+    at its top halves both counts of its bucket, so their ratio is kept and later comparisons count."""
+    counted = bytearray(tallies)
+    for bucket in range(NUMBER_BUCKETS):
+        stood, went = counted[bucket] >> 4, counted[bucket] & 0xF
+        stood += still >> bucket & 1
+        went += moved >> bucket & 1
+        if stood > _TALLY_MAX or went > _TALLY_MAX:
+            stood, went = (stood + 1) // 2, (went + 1) // 2
+        counted[bucket] = stood << 4 | went
+    return bytes(counted)
+
+
+def _mostly_still(tallies: bytes) -> int:
+    """Buckets still in two comparisons or more and in at least a quarter of them."""
+    mask = 0
+    for bucket, tally in enumerate(tallies):
+        stood, went = tally >> 4, tally & 0xF
+        if stood >= 2 and 3 * stood >= went:
+            mask |= 1 << bucket
+    return mask
+
+
+def _mostly_moving(tallies: bytes) -> int:
+    """Buckets that moved in five comparisons or more and in more than four of five."""
+    mask = 0
+    for bucket, tally in enumerate(tallies):
+        stood, went = tally >> 4, tally & 0xF
+        if went >= 5 and 4 * stood < went:
+            mask |= 1 << bucket
+    return mask
 
 
 def learn_not_modified(buckets: bytes, masks: Learned, host_churn: int) -> Learned:
@@ -127,7 +168,7 @@ def learn_not_modified(buckets: bytes, masks: Learned, host_churn: int) -> Learn
     asked for it, so whatever the page could not place then is content (the churn it knows of
     stays churn: a validator that ignores a counter says nothing of it)."""
     unplaced = filled_buckets(buckets) & ~(masks.churn | host_churn | masks.steady)
-    return Learned(masks.still_once, masks.steady | unplaced, masks.churn)
+    return Learned(masks.tallies, masks.steady | unplaced, masks.churn)
 
 
 @dataclass

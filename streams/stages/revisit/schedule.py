@@ -39,7 +39,7 @@ from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
 from streams.stages.revisit.estimators import estimate_rate
 from streams.stages.revisit.history import FetchHistory, Observation
 from streams.stages.revisit.hosts import HostChanges
-from streams.stages.revisit.numbers import HostNumbers, Learned, learn, learn_not_modified
+from streams.stages.revisit.numbers import NO_TALLIES, HostNumbers, Learned, learn, learn_not_modified
 from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
@@ -186,7 +186,7 @@ def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: Chang
         observations=observations,
         fetches=previous.fetches + 1, changes=previous.changes + (decision.changed is True),
         lm_agreements=previous.lm_agreements + agree, lm_disagreements=previous.lm_disagreements + disagree,
-        numbers_still_once=learned.still_once, numbers_steady=learned.steady, numbers_churn=learned.churn,
+        number_tallies=learned.tallies, numbers_steady=learned.steady, numbers_churn=learned.churn,
         numbers_probing=decision.signal == "numbers_unlearned")
 
 
@@ -194,7 +194,7 @@ def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNum
     """What the page knows of its numbers after ``fetch``: learned when both it and the stored copy
     are full responses with numbers, or from a probe answered 304; else as it was (a HEAD, another
     304, a page without numbers)."""
-    masks = Learned(previous.numbers_still_once, previous.numbers_steady, previous.numbers_churn)
+    masks = Learned(previous.number_tallies or NO_TALLIES, previous.numbers_steady, previous.numbers_churn)
     host = host_numbers if host_numbers is not None else HostNumbers()
     if previous.number_buckets is None or fetch.method == "HEAD":
         return masks

@@ -40,8 +40,8 @@ histories = st.builds(
     wording_digest=st.none() | st.binary(max_size=64))
 mask = st.integers(0, 2**32 - 1)
 numbered = st.builds(dataclasses.replace, histories, number_buckets=st.binary(min_size=64, max_size=64),
-                     numbers_still_once=mask, numbers_steady=mask, numbers_churn=mask,
-                     numbers_probing=st.booleans())
+                     number_tallies=st.none() | st.binary(min_size=32, max_size=32), numbers_steady=mask,
+                     numbers_churn=mask, numbers_probing=st.booleans())
 
 
 @given(histories | numbered)

@@ -47,22 +47,47 @@ def test_judge(moved: int, steady: int, churn: int, probing: bool, host_churn: i
     assert judge(moved, steady, churn, probing, host_churn) == verdict
 
 
+def tallies(**counts: tuple[int, int]) -> bytes:
+    """32 tallies with bucket ``bN`` at ``counts["bN"]`` = (still, moved) (the rest 0, 0)."""
+    held = bytearray(32)
+    for name, (still, moved) in counts.items():
+        held[int(name[1:])] = still << 4 | moved
+    return bytes(held)
+
+
+NONE = tallies()
+
+
 @pytest.mark.parametrize(("before", "after", "masks", "probing", "host_churn", "learned"), [
-    # Unchanged once: remembered; twice: steady.
-    (buckets(b1=5), buckets(b1=5), Learned(0, 0, 0), False, 0, Learned(0b10, 0, 0)),
-    (buckets(b1=5), buckets(b1=5), Learned(0b10, 0, 0), False, 0, Learned(0b10, 0b10, 0)),
+    # Still once: counted; twice: steady.
+    (buckets(b1=5), buckets(b1=5), Learned(NONE, 0, 0), False, 0, Learned(tallies(b1=(1, 0)), 0, 0)),
+    (buckets(b1=5), buckets(b1=5), Learned(tallies(b1=(1, 0)), 0, 0), False, 0,
+     Learned(tallies(b1=(2, 0)), 0b10, 0)),
+    # Still twice in a counter that moved nine times (a small random number repeating): not steady.
+    (buckets(b1=5), buckets(b1=5), Learned(tallies(b1=(1, 9)), 0, 0), False, 0,
+     Learned(tallies(b1=(2, 9)), 0, 0)),
     # On a probe: what moved again is churn (a vote for the host), what stayed is steady at once.
-    (buckets(b0=1, b1=5), buckets(b0=2, b1=5), Learned(0, 0, 0), True, 0,
-     Learned(0b10, 0b10, 0b01, host_churn_votes=0b01)),
-    # Churn already known: no second vote; a bucket that empties neither moved-stays nor counts.
-    (buckets(b0=1, b2=3), buckets(b0=2), Learned(0, 0, 0b01), True, 0, Learned(0, 0, 0b01)),
+    (buckets(b0=1, b1=5), buckets(b0=2, b1=5), Learned(NONE, 0, 0), True, 0,
+     Learned(tallies(b0=(0, 1), b1=(1, 0)), 0b10, 0b01, host_churn_votes=0b01)),
+    # Churn already known: no second vote; a bucket that empties teaches nothing.
+    (buckets(b0=1, b2=3), buckets(b0=2), Learned(NONE, 0, 0b01), True, 0,
+     Learned(tallies(b0=(0, 1)), 0, 0b01)),
     # Steady where the host says churn: a dissenting vote, once.
-    (buckets(b0=1), buckets(b0=1), Learned(0b01, 0, 0), False, 0b01,
-     Learned(0b01, 0b01, 0, host_steady_votes=0b01)),
-    (buckets(b0=1), buckets(b0=1), Learned(0b01, 0b01, 0), False, 0b01, Learned(0b01, 0b01, 0)),
-    # A churn bucket seen unchanged twice is content after all.
-    (buckets(b0=1), buckets(b0=1), Learned(0b01, 0, 0b01), False, 0, Learned(0b01, 0b01, 0)),
-], ids=["still once", "still twice", "probe", "known churn", "dissent", "dissent once", "churn refuted"])
+    (buckets(b0=1), buckets(b0=1), Learned(tallies(b0=(1, 0)), 0, 0), False, 0b01,
+     Learned(tallies(b0=(2, 0)), 0b01, 0, host_steady_votes=0b01)),
+    (buckets(b0=1), buckets(b0=1), Learned(tallies(b0=(2, 0)), 0b01, 0), False, 0b01,
+     Learned(tallies(b0=(3, 0)), 0b01, 0)),
+    # A churn bucket seen still twice (and no more moved) is content after all.
+    (buckets(b0=1), buckets(b0=1), Learned(tallies(b0=(1, 1)), 0, 0b01), False, 0,
+     Learned(tallies(b0=(2, 1)), 0b01, 0)),
+    # A steady bucket that has come to move in more than four of five comparisons is a suspect again.
+    (buckets(b0=1), buckets(b0=2), Learned(tallies(b0=(1, 4)), 0b01, 0), False, 0,
+     Learned(tallies(b0=(1, 5)), 0, 0)),
+    # Counts at the top halve.
+    (buckets(b0=1), buckets(b0=2), Learned(tallies(b0=(3, 15)), 0, 0), False, 0,
+     Learned(tallies(b0=(2, 8)), 0, 0)),
+], ids=["still once", "still twice", "chance repeats", "probe", "known churn", "dissent", "dissent once",
+        "churn refuted", "steady revoked", "halved"])
 def test_learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn: int,
                learned: Learned) -> None:
     assert learn(before, after, masks, probing, host_churn) == learned
@@ -88,7 +113,7 @@ def test_a_host_calls_a_bucket_churn_when_enough_of_its_pages_agree(churning: in
 def test_host_votes_halve_at_the_cap_and_round_trip() -> None:
     host = HostNumbers()
     host.churning[3], host.steady[3] = 255, 40
-    host.vote(Learned(0, 0, 0, host_churn_votes=1 << 3, host_steady_votes=1 << 4))
+    host.vote(Learned(NONE, 0, 0, host_churn_votes=1 << 3, host_steady_votes=1 << 4))
     assert (host.churning[3], host.steady[3], host.steady[4]) == (128, 20, 1)
     assert HostNumbers.decode(host.encode()) == host
     assert HostNumbers.decode(None) == HostNumbers()
