@@ -88,8 +88,10 @@ def judge(moved: int, steady: int, churn: int, probing: bool, host_churn: int) -
 
     ``steady`` and ``churn`` are the page's masks, ``probing`` whether this fetch is the probe
     that a suspect asked for, ``host_churn`` the host's churn mask (:meth:`HostNumbers.churn_mask`).
+    No bucket moved when only the page's clock did (:mod:`streams.pages.clock` leaves it out of the
+    buckets): churn.
     """
-    if moved == 0 or moved & steady:
+    if moved & steady:
         return NumberVerdict(True, "number_edit")
     suspects = moved & ~(churn | host_churn)
     if suspects == 0 or probing:

@@ -39,9 +39,9 @@ def buckets(**values: int) -> bytes:
     (COUNTER | RELEASE, RELEASE, COUNTER, False, 0, NumberVerdict(True, "number_edit")),
     (RELEASE, RELEASE, 0, False, RELEASE, NumberVerdict(True, "number_edit")),  # steady wins over the host
     (COUNTER | DATE, 0, COUNTER, False, 0, NumberVerdict(None, "numbers_unlearned")),
-    (0, 0, 0, False, 0, NumberVerdict(True, "number_edit")),        # numbers moved between contexts
+    (0, 0b10, 0, False, 0, NumberVerdict(False, "number_churn")),   # only the page's clock moved
 ], ids=["suspect", "probe", "page churn", "host churn", "edit beside churn", "steady over host",
-        "a new suspect beside churn", "no bucket moved"])
+        "a new suspect beside churn", "only the clock"])
 def test_judge(moved: int, steady: int, churn: int, probing: bool, host_churn: int,
                verdict: NumberVerdict) -> None:
     assert judge(moved, steady, churn, probing, host_churn) == verdict
