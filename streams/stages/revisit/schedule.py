@@ -54,6 +54,7 @@ from streams.stages.revisit.prefetch import fetch_needed
 from streams.stages.revisit.signals import ChangeDecision, Fetch, detect_change, http_date_s
 
 _CLOCK_SKEW_S = 60.0      # a Last-Modified this close to the fetch is the response's time, not the page's
+PROBE_LATENESS = 2.0      # a probe fetched later than this many shortest intervals is no probe
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,26 @@ def apply_fetch(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
     if fetch.method == "HEAD":
         return _apply_head(previous, fetch, config, budget, host, host_changes)
     host_numbers = host_numbers if host_numbers is not None else HostNumbers()
+    previous = _probe_in_time(previous, fetch, config, host)
     decision = detect_change(previous, fetch, config.simhash_threshold, host_numbers.churn_mask())
     if decision.signal == "fetch_error":
         return _retry(previous, fetch, config, decision)
     history = updated_history(previous, fetch, decision, config.history_fetches, host_numbers)
     return _schedule(previous, history, decision, fetch, config, budget, host, host_changes)
+
+
+def _probe_in_time(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
+                   host: str) -> FetchHistory | None:
+    """``previous``, no longer waiting for a probe when this fetch comes too late to be one: more than
+    :data:`PROBE_LATENESS` times the page's shortest interval after the fetch that asked for it (a
+    number edited daily moves again within a day; it seldom does within an hour). A fetcher that
+    does not follow the probe's time leaves the numbers unplaced, to be probed again."""
+    if previous is None or not previous.numbers_probing:
+        return previous
+    bounds = bounds_for(config.policy, host, previous.content_type)
+    if fetch.fetched_at_s - previous.last_fetch_s <= PROBE_LATENESS * bounds.min_s:
+        return previous
+    return dataclasses.replace(previous, numbers_probing=False)
 
 
 def _apply_head(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,

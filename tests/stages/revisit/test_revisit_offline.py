@@ -101,6 +101,13 @@ def test_numbers_that_churn_are_learned_apart_from_numbers_that_are_content() ->
     assert updates[-1]["change_distance"] <= 6   # a small edit, graded small, still a change
 
 
+def test_a_fetch_too_late_to_be_the_probe_places_nothing() -> None:
+    """A fetcher that does not follow the probe's time: a day later the release number and the
+    counter have both moved again, which says nothing about which is churn; still unplaced."""
+    updates = run([counted(1, 1041), counted(2, 1042, version="3.12.8"), counted(3, 1043, version="3.12.9")])
+    assert [u["signal"] for u in updates[1:]] == ["numbers_unlearned", "numbers_unlearned"]
+
+
 def test_a_probe_answered_304_makes_what_the_page_could_not_place_content() -> None:
     """A server whose ETag follows the content answers the probe 304: the numbers that moved before
     it stood still since, so they are content, and the next numbers-only edit is a change."""
