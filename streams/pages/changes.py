@@ -75,7 +75,19 @@ class ChangeFeatures:
 def mask_numbers(text: str) -> str:
     """Every number replaced by ``0``: ``"read 1,041 times at 12:03"`` -> ``"read 0 times at 0"``, and
     so is a month or weekday name: ``"Tuesday, 3 May"`` -> ``"0, 0 0"``."""
-    return _NUMBER.sub("0", text)
+    return "0".join(_split_numbers(text)[0])
+
+
+def _split_numbers(text: str) -> tuple[list[str], list[str]]:
+    """(the text between the numbers, the numbers), in one pass: ``between[i]`` comes before
+    ``numbers[i]``, and there is one more piece between than numbers."""
+    between, numbers, start = [], [], 0
+    for found in _NUMBER.finditer(text):
+        between.append(text[start:found.start()])
+        numbers.append(found.group())
+        start = found.end()
+    between.append(text[start:])
+    return between, numbers
 
 
 def number_buckets(text: str, fetched_at_s: float | None = None) -> bytes | None:
@@ -89,10 +101,12 @@ def number_buckets(text: str, fetched_at_s: float | None = None) -> bytes | None
     without numbers. With the fetch time, the numbers that are the response's own date and time
     are left out (:mod:`streams.pages.clock`).
     """
-    between = _NUMBER.split(text)
-    if len(between) == 1:
+    return _buckets(*_split_numbers(text), fetched_at_s)
+
+
+def _buckets(between: list[str], numbers: list[str], fetched_at_s: float | None) -> bytes | None:
+    if not numbers:
         return None
-    numbers = _NUMBER.findall(text)
     clock = clock_numbers(numbers, between, fetched_at_s) if fetched_at_s is not None else set()
     values = [0] * NUMBER_BUCKETS
     for index, number in enumerate(numbers):
@@ -122,7 +136,8 @@ def change_features(record: Mapping[str, Any], settings: PageSettings, body: byt
                                       weighting=settings.weighting)
     if hashes.size == 0:
         return Skipped("no_text")
+    between, figures = _split_numbers(text)
     return ChangeFeatures(text_digest=digest(text.encode("utf-8")),
-                          wording_digest=digest(mask_numbers(text).encode("utf-8")),
+                          wording_digest=digest("0".join(between).encode("utf-8")),
                           simhash=simhash64(hashes, weights), text_chars=len(text),
-                          number_buckets=number_buckets(text, fetched_at_s))
+                          number_buckets=_buckets(between, figures, fetched_at_s))
