@@ -41,6 +41,7 @@ stored before the buckets were kept has none; its first comparison with numbers 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -147,20 +148,19 @@ def _counted(tallies: bytes, still: int, moved: int) -> bytes:
 
 def _mostly_still(tallies: bytes) -> int:
     """Buckets still in two comparisons or more and in at least a quarter of them."""
-    mask = 0
-    for bucket, tally in enumerate(tallies):
-        stood, went = tally >> 4, tally & 0xF
-        if stood >= 2 and 3 * stood >= went:
-            mask |= 1 << bucket
-    return mask
+    return _tallied(tallies, lambda stood, went: stood >= 2 and 3 * stood >= went)
 
 
 def _mostly_moving(tallies: bytes) -> int:
     """Buckets that moved in five comparisons or more and in more than four of five."""
+    return _tallied(tallies, lambda stood, went: went >= 5 and 4 * stood < went)
+
+
+def _tallied(tallies: bytes, test: Callable[[int, int], bool]) -> int:
+    """A mask of the buckets whose (still, moved) counts pass ``test``."""
     mask = 0
     for bucket, tally in enumerate(tallies):
-        stood, went = tally >> 4, tally & 0xF
-        if went >= 5 and 4 * stood < went:
+        if test(tally >> 4, tally & 0xF):
             mask |= 1 << bucket
     return mask
 

@@ -95,11 +95,12 @@ def apply_fetch(previous: FetchHistory | None, fetch: Fetch, config: CoreConfig,
     if fetch.method == "HEAD":
         return _apply_head(previous, fetch, config, budget, host, host_changes)
     host_numbers = host_numbers if host_numbers is not None else HostNumbers()
+    host_churn = host_numbers.churn_mask()
     previous = _probe_in_time(previous, fetch, config, host)
-    decision = detect_change(previous, fetch, config.simhash_threshold, host_numbers.churn_mask())
+    decision = detect_change(previous, fetch, config.simhash_threshold, host_churn)
     if decision.signal == "fetch_error":
         return _retry(previous, fetch, config, decision)
-    history = updated_history(previous, fetch, decision, config.history_fetches, host_numbers)
+    history = updated_history(previous, fetch, decision, config.history_fetches, host_numbers, host_churn)
     return _schedule(previous, history, decision, fetch, config, budget, host, host_changes)
 
 
@@ -185,13 +186,15 @@ def _nutch(policy: PolicyConfig, bounds: IntervalBounds, previous: FetchHistory 
 
 
 def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: ChangeDecision,
-                    window: int, host_numbers: HostNumbers | None = None) -> FetchHistory:
+                    window: int, host_numbers: HostNumbers | None = None,
+                    host_churn: int = 0) -> FetchHistory:
     """The history after ``fetch`` (step 3 of the module docstring); the interval is set later.
-    ``host_numbers`` receives the page's votes (:func:`streams.stages.revisit.numbers.learn`)."""
+    ``host_numbers`` receives the page's votes (:func:`streams.stages.revisit.numbers.learn`),
+    ``host_churn`` is its churn mask before them."""
     now_s = fetch.fetched_at_s
     if previous is None:
         return _with_content(FetchHistory(first_fetch_s=now_s, last_fetch_s=now_s, interval_s=0.0), fetch)
-    learned = _learned_numbers(previous, fetch, host_numbers)
+    learned = _learned_numbers(previous, fetch, host_numbers, host_churn)
     observation = _observation(previous, fetch, decision)
     agree, disagree = _last_modified_votes(previous, fetch, decision)
     observations = previous.observations
@@ -206,23 +209,24 @@ def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: Chang
         numbers_probing=decision.signal == "numbers_unlearned")
 
 
-def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNumbers | None) -> Learned:
+def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNumbers | None,
+                     host_churn: int) -> Learned:
     """What the page knows of its numbers after ``fetch``: learned when both it and the stored copy
     are full responses with numbers, or from a probe answered 304; else as it was (a HEAD, another
     304, a page without numbers)."""
     masks = Learned(previous.number_tallies or NO_TALLIES, previous.numbers_steady, previous.numbers_churn)
-    host = host_numbers if host_numbers is not None else HostNumbers()
     if previous.number_buckets is None or fetch.method == "HEAD":
         return masks
     if fetch.status == 304:
         if not previous.numbers_probing:
             return masks
-        return learn_not_modified(previous.number_buckets, masks, host.churn_mask())
+        return learn_not_modified(previous.number_buckets, masks, host_churn)
     if fetch.number_buckets is None:
         return masks
     learned = learn(previous.number_buckets, fetch.number_buckets, masks, previous.numbers_probing,
-                    host.churn_mask())
-    host.vote(learned)
+                    host_churn)
+    if host_numbers is not None:
+        host_numbers.vote(learned)
     return learned
 
 

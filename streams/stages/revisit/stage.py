@@ -147,7 +147,7 @@ class RevisitStage:
     def store(self) -> StoreSpec:
         """A RocksDB store with the state's identity (:data:`STATE_IDENTITY`) and a way to reshard."""
         return StoreSpec(identity=StateIdentity({IDENTITY_KEY: STATE_IDENTITY}, _other_state,
-                                                      {IDENTITY_KEY: ADOPTED_IDENTITIES}),
+                                                {IDENTITY_KEY: ADOPTED_IDENTITIES}),
                          layout=RevisitMove)
 
     def init(self, context: StageContext) -> Processors:
