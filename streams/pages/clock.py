@@ -13,12 +13,17 @@ response's, not the page's. :func:`clock_numbers` finds them among the text's nu
 The rule, on runs of adjacent numbers (separated by at most :data:`MAX_GAP_CHARS` characters
 without letters, as in ``2024-05-02 12:03:44`` or ``Tuesday, 3 December 2024``): a run whose numbers
 include two or more parts of one date within a day of the fetch (year, month as number or name,
-day, weekday name), its day or weekday among them and its year or a name among them (``[1] [2]``,
-footnotes on the second of January, is not a date), and nothing else but a time of day, is the
-page's clock, the time with it. A time printed alone is not judged: its minutes move at every
-fetch, which the number learning sees as churn, while a content time ("patched at 15:00") would
-match the fetch's minutes now and then and flip its bucket. A release dated the day it was
-fetched is left out too, which is rare and costs that one date.
+day, weekday name), its day or weekday among them and its year or its weekday among them, and
+nothing else but a time of day, is the page's clock, the time with it. The year or the weekday,
+not any name: ``[1] [2]`` (footnotes on the second of January) is not a date, and neither is a
+content date without its year, "March 12" in a post's changelog, which a fetch on the 11th to the
+13th of March would otherwise take for the clock, leaving it out of its bucket for that one fetch,
+an edit and its undoing (the two long posts of the real histories' Rust blog that carry such
+dates were called changed by their churn-only fetches around them). A time printed alone is not
+judged: its minutes move at every fetch, which the number learning sees as churn (except across
+whole days: :func:`streams.stages.revisit.numbers.whole_days_apart`), while a content time
+("patched at 15:00") would match the fetch's minutes now and then and flip its bucket. A release
+dated the day it was fetched is left out too, which is rare and costs that one date.
 """
 
 from __future__ import annotations
@@ -59,12 +64,12 @@ def _runs(numbers: Sequence[str], between: Sequence[str]) -> list[list[int]]:
 
 def _date_parts(day: datetime) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(every way a part of ``day`` is written, the ways its day of month or weekday is, the ways
-    its year or a name is)."""
+    its year or its weekday is)."""
     month, weekday = day.strftime("%B"), day.strftime("%A")
-    names = {month, month[:3], month[:4], weekday, weekday[:3], weekday[:4]}
-    days = {str(day.day), f"{day.day:02d}", weekday, weekday[:3], weekday[:4]}
-    whole = {str(day.year), str(day.month), f"{day.month:02d}", *names, *days}
-    return frozenset(whole), frozenset(days), frozenset({str(day.year), *names})
+    weekdays = {weekday, weekday[:3], weekday[:4]}
+    days = {str(day.day), f"{day.day:02d}", *weekdays}
+    whole = {str(day.year), str(day.month), f"{day.month:02d}", month, month[:3], month[:4], *days}
+    return frozenset(whole), frozenset(days), frozenset({str(day.year), *weekdays})
 
 
 def _is_date(parts: Sequence[str], date: tuple[frozenset[str], frozenset[str], frozenset[str]]) -> bool:

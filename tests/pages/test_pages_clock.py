@@ -29,8 +29,10 @@ def clock_of(text: str, fetched_at_s: float = FETCHED) -> list[str]:
     ("Released 2024-04-10 at 09:15.", []),                           # another day, another minute
     ("Open 2 to 5 on weekdays.", []),                                # not a date: no run of its parts
     ("See notes [2] [5] and [1].", []),                              # day and month, no year nor name
+    ("Fixed on May 2 in the changelog.", []),                        # the fetch's day, no year: content
+    ("Served Thursday, 2 May at 12:03.", ["Thursday", "2", "May"]),   # no year, its weekday
 ], ids=["numeric clock", "clock in words", "a time alone", "yesterday", "counter", "content", "old date",
-        "small numbers", "footnotes"])
+        "small numbers", "footnotes", "a date without its year", "weekday without year"])
 def test_clock_numbers(text: str, clock: list[str]) -> None:
     assert clock_of(text) == clock
 

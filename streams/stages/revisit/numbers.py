@@ -32,8 +32,9 @@ at most :data:`HOST_MAX_DISSENT` of them; a new page of that host then needs no 
 a page on which it stays still is content there whatever the host says (steady wins).
 
 Learning uses every comparison of two full responses, whatever decided the change: a fetch whose
-words changed still shows which buckets stayed. A probe answered 304 (a server whose validators
-follow the content, not the counter) says the suspects stood still: they are content. A history
+words changed still shows which buckets stayed. A 304 shows no numbers and teaches nothing: a
+server whose validators follow the content answers a probe 304 whether the numbers that moved
+before it were an edit or a counter, so a probe is asked for without conditional headers. A history
 stored before the buckets were kept has none; its first comparison with numbers that moved is
 ``features_upgraded`` (null), as when the wording digests were added.
 """
@@ -49,6 +50,8 @@ from streams.errors import StateError
 from streams.pages.changes import NUMBER_BUCKETS
 
 HOST_NUMBERS_PREFIX: Final = b"n"
+DAY_S: Final = 86_400.0
+SAME_MINUTE_S: Final = 60.0
 HOST_MIN_PAGES: Final = 2
 HOST_MAX_DISSENT: Final = 0.25
 _VOTE_MAX: Final = 255
@@ -111,17 +114,22 @@ class Learned:
     host_steady_votes: int = 0    # buckets the host calls churn that this page found steady
 
 
-def learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn: int) -> Learned:
+def learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn: int,
+          whole_days: bool = False) -> Learned:
     """The page's masks after comparing two full responses' buckets (module docstring).
 
     Only buckets filled on both sides teach anything. Each is counted still or moved; on a probe, a
     still one is steady at once and a moved one that is not steady becomes churn. The page votes
     for its host the first time it finds a bucket churning (on a probe) or steady where the host
-    says churn.
+    says churn. When the two fetches are a whole number of days apart (``whole_days``:
+    :func:`whole_days_apart`), standing still proves nothing and only what moved is counted: a clock
+    printed as a time of day ("at 07:57 UTC", left in the buckets, :mod:`streams.pages.clock`) shows
+    the same time at every fetch a day or a month apart, as a crawler whose intervals are whole
+    days (or pinned at a longest interval of 30 days) fetches, and was learned as content.
     """
     both = filled_buckets(before) & filled_buckets(after)
     moved = moved_buckets(before, after) & both
-    still = both & ~moved
+    still = both & ~moved if not whole_days else 0
     tallies = _counted(masks.tallies, still, moved)
     steady = (masks.steady | _mostly_still(tallies)) & ~_mostly_moving(tallies)
     if probing:
@@ -130,6 +138,13 @@ def learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn
     churn = (masks.churn | confirmed) & ~steady
     return Learned(tallies, steady, churn, host_churn_votes=confirmed & ~masks.churn,
                    host_steady_votes=steady & ~masks.steady & host_churn)
+
+
+def whole_days_apart(interval_s: float) -> bool:
+    """Whether two fetches ``interval_s`` apart fall at the same time of day, to the minute a clock
+    prints (within :data:`SAME_MINUTE_S`), a day or more apart."""
+    days = round(interval_s / DAY_S)
+    return days >= 1 and abs(interval_s - days * DAY_S) <= SAME_MINUTE_S
 
 
 def _counted(tallies: bytes, still: int, moved: int) -> bytes:
@@ -163,14 +178,6 @@ def _tallied(tallies: bytes, test: Callable[[int, int], bool]) -> int:
         if test(tally >> 4, tally & 0xF):
             mask |= 1 << bucket
     return mask
-
-
-def learn_not_modified(buckets: bytes, masks: Learned, host_churn: int) -> Learned:
-    """The masks after a probe answered 304: the server says nothing moved since the fetch that
-    asked for it, so whatever the page could not place then is content (the churn it knows of
-    stays churn: a validator that ignores a counter says nothing of it)."""
-    unplaced = filled_buckets(buckets) & ~(masks.churn | host_churn | masks.steady)
-    return Learned(masks.tallies, masks.steady | unplaced, masks.churn)
 
 
 @dataclass

@@ -25,7 +25,8 @@ answer. The steps:
    intervals do not read the estimate, and theirs stays the page's own, a function of its history
    alone, whatever else the shard holds. When numbers moved that the history cannot place
    (``numbers_unlearned``), the next fetch is brought forward to the page's shortest interval, the
-   probe that places them, whatever the policy; the stored interval stays the policy's.
+   probe that places them, whatever the policy, asked for without conditional headers (a 304 shows
+   no numbers); the stored interval stays the policy's.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from streams.stages.revisit.budget import NOT_COUNTED, UNESTIMATED, BudgetState
 from streams.stages.revisit.estimators import estimate_rate
 from streams.stages.revisit.history import FetchHistory, Observation
 from streams.stages.revisit.hosts import HostChanges
-from streams.stages.revisit.numbers import NO_TALLIES, HostNumbers, Learned, learn, learn_not_modified
+from streams.stages.revisit.numbers import NO_TALLIES, HostNumbers, Learned, learn, whole_days_apart
 from streams.stages.revisit.policies import (
     IntervalBounds,
     PolicyConfig,
@@ -171,11 +172,13 @@ def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: Ch
             interval_s = probe_interval_s(history, interval_s, bounds)
         next_fetch_s = now_s + interval_s
     stored = dataclasses.replace(history, interval_s=interval_s, rate_per_s=rate_per_s, rate_bin=new_bin)
+    headers = conditional_headers(stored)
     if history.numbers_probing:
         interval_s = min(interval_s, bounds.min_s)
         next_fetch_s = min(next_fetch_s, now_s + interval_s)
+        headers = {}
     return RevisitOutcome(stored, decision.changed, decision.signal, interval_s, next_fetch_s, rate_per_s,
-                          conditional_headers(stored), distance=decision.distance)
+                          headers, distance=decision.distance)
 
 
 def _nutch(policy: PolicyConfig, bounds: IntervalBounds, previous: FetchHistory | None,
@@ -212,19 +215,18 @@ def updated_history(previous: FetchHistory | None, fetch: Fetch, decision: Chang
 def _learned_numbers(previous: FetchHistory, fetch: Fetch, host_numbers: HostNumbers | None,
                      host_churn: int) -> Learned:
     """What the page knows of its numbers after ``fetch``: learned when both it and the stored copy
-    are full responses with numbers, or from a probe answered 304; else as it was (a HEAD, another
-    304, a page without numbers)."""
+    are full responses with numbers; else as it was (a HEAD, a 304, a page without numbers).
+
+    A 304 teaches nothing, not even to a probe: a server whose validators follow the content answers
+    the probe 304 whether the numbers that moved before it were a counter or an edit (neither moves
+    its validator within the probe), which is why a probe goes out without conditional headers
+    (:func:`_schedule`)."""
     masks = Learned(previous.number_tallies or NO_TALLIES, previous.numbers_steady, previous.numbers_churn)
-    if previous.number_buckets is None or fetch.method == "HEAD":
-        return masks
-    if fetch.status == 304:
-        if not previous.numbers_probing:
-            return masks
-        return learn_not_modified(previous.number_buckets, masks, host_churn)
-    if fetch.number_buckets is None:
+    if (previous.number_buckets is None or fetch.method == "HEAD" or fetch.status == 304
+            or fetch.number_buckets is None):
         return masks
     learned = learn(previous.number_buckets, fetch.number_buckets, masks, previous.numbers_probing,
-                    host_churn)
+                    host_churn, whole_days_apart(fetch.fetched_at_s - previous.last_fetch_s))
     if host_numbers is not None:
         host_numbers.vote(learned)
     return learned

@@ -18,6 +18,7 @@ from streams.stages.revisit.numbers import (
     learn,
     merge_host_numbers,
     moved_buckets,
+    whole_days_apart,
 )
 
 COUNTER, RELEASE, DATE = 0b001, 0b010, 0b100
@@ -91,6 +92,21 @@ NONE = tallies()
 def test_learn(before: bytes, after: bytes, masks: Learned, probing: bool, host_churn: int,
                learned: Learned) -> None:
     assert learn(before, after, masks, probing, host_churn) == learned
+
+
+def test_standing_still_across_whole_days_proves_nothing() -> None:
+    """A clock printed as a time of day shows the same time a day or a month later: still is not
+    counted then (nor steady on a probe), what moved is."""
+    learned = learn(buckets(b0=1, b1=5), buckets(b0=2, b1=5), Learned(tallies(b1=(1, 0)), 0, 0), True, 0,
+                    whole_days=True)
+    assert learned == Learned(tallies(b0=(0, 1), b1=(1, 0)), 0, 0b01, host_churn_votes=0b01)
+
+
+@pytest.mark.parametrize(("interval_s", "whole"), [
+    (86_400.0, True), (30 * 86_400.0 + 59, True), (7 * 86_400.0 - 30, True), (3_600.0, False),
+    (86_400.0 + 120, False), (10.5 * 86_400, False), (30.0, False)])
+def test_whole_days_apart(interval_s: float, whole: bool) -> None:
+    assert whole_days_apart(interval_s) == whole
 
 
 @given(st.binary(min_size=64, max_size=64), st.binary(min_size=64, max_size=64))

@@ -108,18 +108,22 @@ def test_a_fetch_too_late_to_be_the_probe_places_nothing() -> None:
     assert [u["signal"] for u in updates[1:]] == ["numbers_unlearned", "numbers_unlearned"]
 
 
-def test_a_probe_answered_304_makes_what_the_page_could_not_place_content() -> None:
-    """A server whose ETag follows the content answers the probe 304: the numbers that moved before
-    it stood still since, so they are content, and the next numbers-only edit is a change."""
+def test_a_probe_is_unconditional_and_a_304_to_it_places_nothing() -> None:
+    """A server whose ETag follows the content answers a conditional probe 304 whether the counter
+    or the release number moved before it, so the probe's update sends no conditional headers; a
+    fetcher that sends them anyway gets a 304 that places nothing, and the next full response
+    that moves the numbers again is still undecided (a probe again), not an edit."""
     def tagged(line: dict[str, Any], tag: str) -> dict[str, Any]:
         return dict(line, headers={"ETag": f'"{tag}"'})
 
     not_modified = {"url": "http://example.com/a", "status": 304, "fetched_at": "2024-05-02T13:00:00Z",
-                    "headers": {"ETag": '"v2"'}}
-    updates = run([tagged(counted(1, 1041), "v1"), tagged(counted(2, 1042, version="3.12.8"), "v2"),
-                   not_modified, tagged(counted(3, 1050, version="3.12.9"), "v3")])
+                    "headers": {"ETag": '"v1"'}}
+    updates = run([tagged(counted(1, 1041), "v1"), tagged(counted(2, 1042), "v1"),
+                   not_modified, tagged(counted(3, 1050), "v1")])
     assert [(u["changed"], u["signal"]) for u in updates[1:]] == [
-        (None, "numbers_unlearned"), (False, "not_modified"), (True, "number_edit")]
+        (None, "numbers_unlearned"), (False, "not_modified"), (None, "numbers_unlearned")]
+    assert updates[1]["conditional_headers"] == {} and updates[3]["conditional_headers"] == {}
+    assert updates[2]["conditional_headers"] == {"If-None-Match": '"v1"'}
 
 
 def test_a_host_whose_pages_agree_on_a_churning_number_spares_its_next_pages_the_probe() -> None:
