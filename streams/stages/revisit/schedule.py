@@ -152,7 +152,7 @@ def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: Ch
     prior = None
     if host_changes is not None and policy.policy == "default":
         if _observed(previous, fetch, decision):
-            host_changes.observe(history.observations[-1], now_s)
+            host_changes.observe(history.observations[-1], now_s, previous, policy.initial_interval_s)
         prior = host_changes.prior(policy.initial_interval_s)
     rate_per_s = estimate_rate(history, prior)
     new_bin = rate_bin(rate_per_s) if rate_per_s is not None else UNESTIMATED
