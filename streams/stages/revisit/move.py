@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 from streams.errors import StateError
 from streams.runtime.api import KeyedMove, Placed
-from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
+from streams.stages.revisit.budget import UNESTIMATED, BudgetState
 from streams.stages.revisit.history import decode_history
 from streams.stages.revisit.hosts import HOST_PREFIX, HostChanges, merge_hosts
 from streams.stages.revisit.numbers import HOST_NUMBERS_PREFIX, HostNumbers, merge_host_numbers
@@ -83,6 +83,7 @@ class RevisitMove:
             budget.since_solve = _RESOLVE_AT_ONCE
             budget.spend_weight = merged.spend_weight / shards
             budget.clock_s, budget.started_s = merged.clock_s, merged.started_s
+            budget.window_s, budget.corrected_s = merged.window_s, merged.corrected_s
         return [*hosts, *((shard, ALLOCATION_KEY, budget.encode()) for shard, budget in enumerate(self._new))]
 
 
@@ -98,7 +99,9 @@ def merge_budgets(budgets: list[BudgetState]) -> BudgetState:
         unestimated=sum(budget.unestimated for budget in budgets),
         mu_s=sum(weight * budget.mu_s for weight, budget in zip(weights, budgets, strict=True)),
         correction=sum(weight * budget.correction for weight, budget in zip(weights, budgets, strict=True)),
-        spend_weight=sum(budget.spend_weight * math.exp(-(clock_s - budget.clock_s) / SPEND_WINDOW_S)
+        spend_weight=sum(budget.spend_weight * math.exp(-(clock_s - budget.clock_s) / budget.window_s)
                          for budget in budgets),
-        clock_s=clock_s, started_s=min(started) if started else math.nan)
+        clock_s=clock_s, started_s=min(started) if started else math.nan,
+        window_s=max(budget.window_s for budget in budgets),
+        corrected_s=max(budget.corrected_s for budget in budgets))
     return merged

@@ -157,7 +157,7 @@ def _schedule(previous: FetchHistory | None, history: FetchHistory, decision: Ch
     rate_per_s = estimate_rate(history, prior)
     new_bin = rate_bin(rate_per_s) if rate_per_s is not None else UNESTIMATED
     budget.move(previous.rate_bin if previous is not None else NOT_COUNTED, new_bin)
-    if previous is not None:
+    if previous is not None and previous.rate_bin != UNESTIMATED:
         budget.record_refetch(now_s)
     if policy.policy == "nutch":
         interval_s, next_fetch_s = _nutch(policy, bounds, previous, history, decision, now_s)

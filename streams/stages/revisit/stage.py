@@ -64,15 +64,19 @@ MAX_CONTENT_LENGTH_DIGITS = 18  # a longer Content-Length is unreadable: it may 
 _LAST_INSTANT_S = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
 _FIRST_INSTANT_S = datetime(1, 1, 1, tzinfo=UTC).timestamp()
 STATE_IDENTITY = (f"histories {FORMAT_VERSION}; change features {CHANGE_FEATURES_VERSION}; "
-                  "host priors 1; host numbers 1").encode()
+                  "host priors 2; host numbers 1; allocation 2").encode()
 """What a shard's state holds: the history format written (``decode_history`` also reads the formats
 of :data:`~streams.stages.revisit.history.READABLE_VERSIONS`, so a shard written before this identity
 existed is adopted as it is), the change features' version, the host states'. A shard that says
 otherwise is refused, except one of :data:`ADOPTED_IDENTITIES`."""
 ADOPTED_IDENTITIES = frozenset({f"histories 2; change features {CHANGE_FEATURES_VERSION}; "
-                                "host priors 1".encode()})
+                                "host priors 1".encode(),
+                                f"histories 3; change features {CHANGE_FEATURES_VERSION}; "
+                                "host priors 1; host numbers 1".encode()})
 """Earlier identities this build reads and upgrades as it goes: histories of format 2 (no number
-buckets) are read as they are and written in the current format at their next fetch."""
+buckets) are read as they are and written in the current format at their next fetch; host states
+of format 1 (no shape scores) and budget states of format 1 (a fixed spend window) likewise, at
+their host's or shard's next update."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,11 @@ from streams.records import RecordKind
 from streams.runtime.batch import BatchState
 from streams.runtime.offline import LineMessage, run_offline
 from streams.runtime.store import MemoryStore
+from streams.stages.revisit.allocation import RATE_BINS
+from streams.stages.revisit.budget import BudgetState
 from streams.stages.revisit.history import decode_history, encode_history
-from streams.stages.revisit.move import IDENTITY_KEY
+from streams.stages.revisit.hosts import HostChanges, host_key
+from streams.stages.revisit.move import ALLOCATION_KEY, IDENTITY_KEY
 from streams.stages.revisit.spec import SPEC
 from streams.stages.revisit.stage import STATE_IDENTITY, RevisitSettings, RevisitStage
 from streams.topics import Topics
@@ -175,6 +179,28 @@ def test_a_shard_of_the_build_before_number_buckets_is_adopted_and_upgraded() ->
     assert [(u["changed"], u["signal"]) for u in updates] == [(None, "features_upgraded"),
                                                               (None, "numbers_unlearned")]
     assert store.get(IDENTITY_KEY) == STATE_IDENTITY
+
+
+def test_a_shard_of_the_build_before_host_shapes_is_adopted_and_upgraded() -> None:
+    """The build before wrote host states of format 1 (no shape scores) and budget states of format 1
+    (a fixed spend window) under its own identity: both are read as they are, the host's pages go
+    on from what it showed (no shape scored yet: the default), and the identity is rewritten."""
+    store = MemoryStore()
+    run([counted(1, 1041), counted(2, 1042), counted(2, 1043, hour=13)], store=store)
+    host = HostChanges.decode(store.get(host_key("example.com")))
+    budget = BudgetState.decode(store.get(ALLOCATION_KEY))
+    old_host = struct.pack(">Bddd", 1, host.changes, host.watched_s, host.clock_s)
+    old_budget = (struct.pack(">BdIIdddd", 1, budget.mu_s, budget.unestimated, budget.since_solve,
+                              budget.correction, budget.spend_weight, budget.clock_s, budget.started_s)
+                  + struct.pack(f">{RATE_BINS}I", *budget.counts))
+    store.apply({host_key("example.com"): old_host, ALLOCATION_KEY: old_budget,
+                 IDENTITY_KEY: b"histories 3; change features 1; host priors 1; host numbers 1"}, None)
+    updates = run([counted(3, 1050, version="3.12.8")], store=store)
+    assert [(u["changed"], u["signal"]) for u in updates] == [(True, "number_edit")]
+    assert store.get(IDENTITY_KEY) == STATE_IDENTITY
+    upgraded = HostChanges.decode(store.get(host_key("example.com")))
+    assert upgraded.changes == pytest.approx(host.changes + 1, rel=1e-3)
+    assert len(store.get(ALLOCATION_KEY) or b"") == len(budget.encode())
 
 
 def test_a_shard_of_another_build_is_refused() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from streams.stages.revisit.allocation import (
     rate_bin,
     solve_multiplier,
 )
-from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
+from streams.stages.revisit.budget import SPEND_INTERVALS, SPEND_WINDOW_S, UNESTIMATED, BudgetState
 from streams.stages.revisit.history import FetchHistory, Observation
 from streams.stages.revisit.policies import (
     IntervalBounds,
@@ -141,21 +142,71 @@ def test_spend_feedback_raises_the_target_when_fetches_fall_short() -> None:
         state.move(-2, rate_bin(1 / DAY))
     budget = 100 / DAY
     now = 0.0
-    for _ in range(400):           # 80 re-fetches a day against a budget of 100
+    for _ in range(800):           # 80 re-fetches a day against a budget of 100
         now += DAY / 80
         state.record_refetch(now)
     realised = state.realised_per_s(now)
     assert realised == pytest.approx(80 / DAY, rel=0.05)
     before = state.solve(budget, LO, HI, now)
-    state.solve(budget, LO, HI, now)
+    state.solve(budget, LO, HI, now + DAY)
     assert state.correction > 1.0
     assert state.mu_s < before        # a smaller multiplier buys more fetches
 
 
-def test_spend_feedback_waits_for_a_full_window() -> None:
+def test_spend_feedback_waits_for_two_windows() -> None:
+    """A new crawl's first intervals are as long as a window: what they spend shows only after it,
+    and a correction made before would wind up against spend still on its way."""
     state = BudgetState()
     state.record_refetch(0.0)
-    assert state.realised_per_s(SPEND_WINDOW_S / 2) is None
+    assert state.realised_per_s(SPEND_WINDOW_S * 1.5) is None
+    assert state.realised_per_s(SPEND_WINDOW_S * 2) is not None
+
+
+def _refetched(pages: int, per_day: float, days: float) -> BudgetState:
+    """``pages`` pages re-fetched ``per_day`` times a day for ``days``, against a budget of 0.1 a page
+    a day (the window is set by the first solve, at the first page's interval)."""
+    state = BudgetState()
+    for _ in range(pages):
+        state.move(-2, rate_bin(1 / (10 * DAY)))
+    state.solve(pages / 10 / DAY, LO, HI, 0.0)
+    now = 0.0
+    while now < days * DAY:
+        now += DAY / per_day
+        state.record_refetch(now)
+    return state
+
+
+def test_spend_window_spans_several_of_the_intervals_the_budget_buys() -> None:
+    """At 0.1 fetches a page a day the mean interval is ten days: the window, 30 days, sees the
+    waves of re-fetches as one spend, not as overspending and underspending in turn."""
+    state = _refetched(100, 10.0, 70.0)
+    state.solve(10 / DAY, LO, HI, 70 * DAY)
+    assert state.window_s == pytest.approx(SPEND_INTERVALS * 10 * DAY)
+    assert state.realised_per_s(70 * DAY) == pytest.approx(10 / DAY, rel=0.1)
+
+
+def test_spend_correction_integrates_over_time_not_over_solves() -> None:
+    """Solves come with updates, most of them inside a wave of re-fetches: ten solves at one instant
+    correct no more than one does."""
+    once, often = _refetched(100, 8.0, 70.0), _refetched(100, 8.0, 70.0)
+    for state in (once, often):
+        state.solve(10 / DAY, LO, HI, 70 * DAY)
+        state.solve(10 / DAY, LO, HI, 71 * DAY)
+    for _ in range(9):
+        often.solve(10 / DAY, LO, HI, 71 * DAY)
+    assert 1.0 < once.correction == pytest.approx(often.correction)
+
+
+def test_budget_state_of_format_1_is_read() -> None:
+    """Written before the window followed the budget: its spend weight counted over two days."""
+    counts = [0] * RATE_BINS
+    counts[5] = 7
+    head = struct.pack(">BdIIdddd", 1, 123.0, 2, 3, 1.1, 4.0, 500.0, 100.0)
+    raw = head + struct.pack(f">{RATE_BINS}I", *counts)
+    state = BudgetState.decode(raw)
+    assert (state.mu_s, state.unestimated, state.since_solve, state.correction) == (123.0, 2, 3, 1.1)
+    assert (state.spend_weight, state.clock_s, state.started_s, state.counts) == (4.0, 500.0, 100.0, counts)
+    assert state.window_s == SPEND_WINDOW_S and state.corrected_s == -math.inf
 
 
 CONFIG = PolicyConfig(bounds=BOUNDS, initial_interval_s=DAY)

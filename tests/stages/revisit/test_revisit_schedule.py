@@ -63,7 +63,17 @@ def test_refetch_estimates_a_rate_and_counts_it() -> None:
     assert outcome.rate_per_s == pytest.approx(0.5 / DAY)
     assert outcome.history is not None and outcome.history.rate_bin >= 0
     assert outcome.conditional_headers == {"If-None-Match": '"v1"', "If-Modified-Since": MONDAY}
-    assert budget.spend_weight == 1.0
+
+
+@pytest.mark.parametrize(("rate_bin", "spent"), [(-1, False), (40, True)])
+def test_the_spend_counts_the_refetches_of_pages_with_an_estimate(rate_bin: int, spent: bool) -> None:
+    """A page's second fetch, at the initial interval, is the price of discovering it, not a
+    revisit the budget allocated: the spend feedback leaves it out, as the allocation leaves out the
+    pages without an estimate (their share of the budget aside)."""
+    budget = BudgetState()
+    apply_fetch(dataclasses.replace(STORED, rate_bin=rate_bin), Fetch(NOW, status=304), config(), budget,
+                "a.example")
+    assert (budget.spend_weight > 0) == spent
 
 
 def test_head_that_needs_a_fetch_is_due_now_and_stores_nothing() -> None:
