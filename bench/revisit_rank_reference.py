@@ -35,9 +35,7 @@ def reference_rank(pages: Sequence[SitePage], window_s: float, warmup_s: float, 
     grid = np.linspace(warmup_s, window_s, GRID_POINTS)
     scores = []
     for page in pages:
-        changes = np.array([b.start_s for a, b in zip(page.versions, page.versions[1:], strict=False)
-                            if a.text_id != b.text_id])
-        seen = np.searchsorted(changes, grid)
+        seen = np.searchsorted(np.array(page.change_times_s()), grid)
         posterior = (alpha + seen) / (alpha / mean_per_s + grid)
         scores.append(float(np.mean(np.sqrt(posterior))))
     return spearman(scores, truth)

@@ -118,8 +118,12 @@ class SitePage:
 
     def real_changes(self, begin_s: float = 0.0, end_s: float = float("inf")) -> int:
         """Changes of the article's text with ``begin_s < t <= end_s``."""
-        return sum(1 for a, b in zip(self.versions, self.versions[1:], strict=False)
-                   if a.text_id != b.text_id and begin_s < b.start_s <= end_s)
+        return sum(1 for t_s in self.change_times_s() if begin_s < t_s <= end_s)
+
+    def change_times_s(self) -> list[float]:
+        """When the article's text changed: the start of each version whose text differs from the last."""
+        return [b.start_s for a, b in zip(self.versions, self.versions[1:], strict=False)
+                if a.text_id != b.text_id]
 
 
 class Site:
