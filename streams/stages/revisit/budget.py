@@ -93,7 +93,7 @@ class BudgetState:
             self.started_s = now_s
 
     def realised_per_s(self, now_s: float) -> float | None:
-        """Re-fetches per second over about the last window; ``None`` before a whole window (the first
+        """Re-fetches per second over about the last window; ``None`` before two windows (the first
         intervals of a new crawl are as long as a window: what they spend shows only after it)."""
         if math.isnan(self.started_s) or now_s - self.started_s < 2 * self.window_s:
             return None
