@@ -56,7 +56,8 @@ _CALENDAR_WORDS: Final = (
     "|Thu(?:r(?:s(?:day)?)?)?|Fri(?:day)?|Sat(?:urday)?|Sun(?:day)?")
 _NUMBER: Final = re.compile(rf"\d+(?:[.,:'\u00a0\u202f ]\d+)*|\b(?:{_CALENDAR_WORDS})\b")
 NUMBER_BUCKETS: Final = 32
-"""Buckets of :func:`number_buckets` (a page's numbers by context; 64 bytes a page)."""
+"""Buckets of :func:`number_buckets` (a page's numbers by context; 64 bytes a page, and a 4-byte mask)."""
+_CLOCK_MASK_AT: Final = 2 * NUMBER_BUCKETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,8 @@ def _split_numbers(text: str) -> tuple[list[str], list[str]]:
 
 
 def number_buckets(text: str, fetched_at_s: float | None = None) -> bytes | None:
-    """The text's numbers by context: :data:`NUMBER_BUCKETS` big-endian 16-bit values (module docstring).
+    """The text's numbers by context: :data:`NUMBER_BUCKETS` big-endian 16-bit values (module
+    docstring), then the 32-bit mask of the buckets the clock was taken out of (:func:`clock_mask`).
 
     A number's context is the word before it and the word after, read between the numbers (so a
     neighbouring number stands for nothing: ``"12:03 on 5 May"`` puts ``5`` under ``"on|May"``), and
@@ -99,9 +101,24 @@ def number_buckets(text: str, fetched_at_s: float | None = None) -> bytes | None
     its bucket is the context's MurmurHash3 modulo the bucket count, and the bucket's value the
     hash of its numbers chained in order, never 0 (0 is an empty bucket). ``None`` for a text
     without numbers. With the fetch time, the numbers that are the response's own date and time
-    are left out (:mod:`streams.pages.clock`).
+    are left out (:mod:`streams.pages.clock`), and their buckets are marked in the mask.
     """
     return _buckets(*_split_numbers(text), fetched_at_s)
+
+
+def clock_mask(buckets: bytes) -> int:
+    """The buckets whose numbers included the fetch's clock, left out (0 for buckets kept before
+    the mask was, 64 bytes long).
+
+    Why keep it: one fetch cannot tell a clock from a content date of the same day. A post dated
+    "Thursday, November 7" and fetched on the 7th or the 8th looks like the response's date, so it
+    is left out; fetched on the 10th, it is back in its bucket, and that bucket moved without an
+    edit. A real clock is taken out of both fetches compared, a content date out of one only, so
+    :func:`streams.stages.revisit.numbers.moved_buckets` does not compare a bucket the clock was
+    taken out of on one side only: a page whose clock stopped matching (a cached copy served
+    days later) is no edit either, and an edit in such a bucket at that one fetch is missed.
+    """
+    return int.from_bytes(buckets[_CLOCK_MASK_AT:_CLOCK_MASK_AT + 4], "big")
 
 
 def _buckets(between: list[str], numbers: list[str], fetched_at_s: float | None) -> bytes | None:
@@ -109,14 +126,16 @@ def _buckets(between: list[str], numbers: list[str], fetched_at_s: float | None)
         return None
     clock = clock_numbers(numbers, between, fetched_at_s) if fetched_at_s is not None else set()
     values = [0] * NUMBER_BUCKETS
+    clocked = 0
     for index, number in enumerate(numbers):
-        if index in clock:
-            continue
         before = between[index].split()[-1:]
         after = between[index + 1].split()[:1]
         bucket = mmh3.hash(" ".join(before) + "|" + " ".join(after), signed=False) % NUMBER_BUCKETS
+        if index in clock:
+            clocked |= 1 << bucket
+            continue
         values[bucket] = (mmh3.hash(number, values[bucket], signed=False) & 0xFFFF) or 1
-    return b"".join(value.to_bytes(2, "big") for value in values)
+    return b"".join(value.to_bytes(2, "big") for value in values) + clocked.to_bytes(4, "big")
 
 
 def change_features(record: Mapping[str, Any], settings: PageSettings, body: bytes | str | None = None,

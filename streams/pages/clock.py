@@ -22,8 +22,10 @@ an edit and its undoing (the two long posts of the real histories' Rust blog tha
 dates were called changed by their churn-only fetches around them). A time printed alone is not
 judged: its minutes move at every fetch, which the number learning sees as churn (except across
 whole days: :func:`streams.stages.revisit.numbers.whole_days_apart`), while a content time
-("patched at 15:00") would match the fetch's minutes now and then and flip its bucket. A release
-dated the day it was fetched is left out too, which is rare and costs that one date.
+("patched at 15:00") would match the fetch's minutes now and then and flip its bucket. A post
+dated with its weekday or year and fetched within a day of it is left out too (new posts are
+fetched so, first); the buckets keep a mask of where the clock was taken out, and a bucket it was
+taken out of in one of two fetches is not compared (:func:`streams.pages.changes.clock_mask`).
 """
 
 from __future__ import annotations

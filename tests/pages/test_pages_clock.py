@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streams.pages.changes import _NUMBER, number_buckets
+from streams.pages.changes import _NUMBER, clock_mask, number_buckets
 from streams.pages.clock import clock_numbers
 from streams.stages.revisit.numbers import moved_buckets
 
@@ -49,3 +49,24 @@ def test_a_clock_moves_no_bucket_between_fetches_and_content_still_does() -> Non
     assert before is not None and same is not None and edited is not None
     assert moved_buckets(before, same) == 0
     assert moved_buckets(before, edited).bit_count() == 1
+
+
+def test_a_post_dated_the_day_it_was_first_fetched_moves_no_bucket_later() -> None:
+    text = "Posted Thursday, November 7 by the release team: version 1.83 is out."
+    first = datetime(2024, 11, 8, 9, 0, tzinfo=UTC).timestamp()
+    later = first + 5 * 86_400
+    on_its_day, days_later = number_buckets(text, first), number_buckets(text, later)
+    assert on_its_day is not None and days_later is not None
+    assert clock_mask(on_its_day) != 0 and clock_mask(days_later) == 0
+    assert on_its_day[:64] != days_later[:64]
+    assert moved_buckets(on_its_day, days_later) == 0
+    edited = number_buckets(text.replace("1.83", "1.84"), later)
+    assert edited is not None and moved_buckets(on_its_day, edited).bit_count() == 1
+
+
+def test_buckets_kept_before_the_clock_mask_compare_as_before() -> None:
+    before, after = number_buckets("Release 3.12.7.", FETCHED), number_buckets("Release 3.12.8.", FETCHED)
+    assert before is not None and after is not None and len(before) == 68
+    moved = moved_buckets(before, after)
+    assert moved.bit_count() == 1
+    assert moved_buckets(before[:64], after) == moved_buckets(before, after[:64]) == moved

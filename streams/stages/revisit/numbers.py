@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from streams.errors import StateError
-from streams.pages.changes import NUMBER_BUCKETS
+from streams.pages.changes import NUMBER_BUCKETS, clock_mask
 
 HOST_NUMBERS_PREFIX: Final = b"n"
 DAY_S: Final = 86_400.0
@@ -62,12 +62,14 @@ _STATE: Final = struct.Struct(f">B{NUMBER_BUCKETS}B{NUMBER_BUCKETS}B")
 
 
 def moved_buckets(before: bytes, after: bytes) -> int:
-    """A mask of the buckets whose numbers differ between two fetches' buckets."""
+    """A mask of the buckets whose numbers differ between two fetches' buckets, but for those the
+    clock was taken out of in one fetch only (:func:`streams.pages.changes.clock_mask`: a content
+    date of the day of one fetch)."""
     mask = 0
     for bucket in range(NUMBER_BUCKETS):
         if before[2 * bucket: 2 * bucket + 2] != after[2 * bucket: 2 * bucket + 2]:
             mask |= 1 << bucket
-    return mask
+    return mask & ~(clock_mask(before) ^ clock_mask(after))
 
 
 def filled_buckets(buckets: bytes) -> int:
