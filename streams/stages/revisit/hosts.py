@@ -72,10 +72,11 @@ class HostChanges:
     clock_s: float = math.nan
     scores: list[float] = field(default_factory=lambda: [0.0] * len(PRIOR_SHAPES))
 
-    def observe(self, observation: Observation, now_s: float, page: FetchHistory | None = None,
-                initial_interval_s: float = 86_400.0) -> None:
+    def observe(self, observation: Observation, now_s: float, page: FetchHistory | None,
+                initial_interval_s: float) -> None:
         """One re-fetch of one of the host's pages, compared with the fetch before; ``page``, the page's
-        history before it, scores the shapes by how well each predicted it (module docstring)."""
+        history before it, scores the shapes by how well each predicted it (module docstring), the
+        host's mean before any change being one per ``initial_interval_s``."""
         self.decay(now_s)
         if page is not None and page.observations:
             self._score(page, observation, initial_interval_s)
@@ -85,7 +86,8 @@ class HostChanges:
     def _score(self, page: FetchHistory, observation: Observation, initial_interval_s: float) -> None:
         mean_per_s = self.mean_rate_per_s(initial_interval_s)
         for i, shape in enumerate(PRIOR_SHAPES):
-            rate_per_s = estimate_rate(page, Prior.with_mean(mean_per_s, shape)) or mean_per_s
+            rate_per_s = estimate_rate(page, Prior.with_mean(mean_per_s, shape))
+            assert rate_per_s is not None  # the page has observations
             expected = rate_per_s * observation.interval_s
             if observation.changed:
                 self.scores[i] += math.log(max(-math.expm1(-expected), LEAST_PREDICTED))

@@ -31,14 +31,14 @@ def test_a_new_host_assumes_one_change_per_initial_interval() -> None:
 
 def test_the_mean_follows_what_the_pages_showed() -> None:
     host = HostChanges()
-    for day in range(1, 101):
-        host.observe(Observation(10 * DAY, day % 10 == 0), day * 60.0)   # 10 changes in 1,000 page-days
+    for day in range(1, 101):   # 10 changes in 1,000 page-days
+        host.observe(Observation(10 * DAY, day % 10 == 0), day * 60.0, None, DAY)
     assert host.mean_rate_per_s(DAY) * DAY == pytest.approx(11 / 1001, rel=1e-3)
 
 
 def test_old_evidence_fades() -> None:
     host = HostChanges()
-    host.observe(Observation(DAY, True), 0.0)
+    host.observe(Observation(DAY, True), 0.0, None, DAY)
     host.decay(MEMORY_S)
     assert (host.changes, host.watched_s) == pytest.approx((math.exp(-1), DAY * math.exp(-1)))
     host.decay(0.0)   # a clock going back decays nothing
