@@ -9,9 +9,10 @@ Internal topics carry a stage's records between its processors (after the Kafka 
 repartition idea): each is keyed by a state key and has one partition per state shard, and they
 are co-partitioned, so one worker owns partition *i* of every one of them and shard *i*'s store.
 An :class:`InternalTopic` carries raw values (the bytes a stage produced: one kind of record), or
-typed records (:class:`ShardRecord`): the runtime frames each with its type's place among the
-topic's declared records and hands it, decoded, to the processor registered for its type
-(:class:`On`), so no stage tells record kinds apart itself.
+typed records (:class:`ShardRecord`): the runtime frames each with its type's tag, the byte the
+declaration gives it (kept for good, so that records of an earlier version decode; a type's place
+in a list would renumber them all when one is taken out), and hands it, decoded, to the processor
+registered for its type (:class:`On`), so no stage tells record kinds apart itself.
 
 A stage's processors (:class:`Processors`, returned by ``Stage.init``) are its ``route`` step
 (records of its input topics: decode, validate, send on keyed by state key) and one handler per
@@ -50,18 +51,25 @@ class ShardRecord(Protocol):
 @dataclass(frozen=True)
 class InternalTopic:
     """An internal topic a stage declares: its name (``shards``, ``probes``...) and what it carries:
-    raw values when ``records`` is empty, else these typed records (at most 255 kinds), or the
-    ``"module:NAME"`` of a tuple of them (imported when the stage runs, not when it is declared)."""
+    raw values when ``records`` is empty, else these typed records by tag (0 to 255), or the
+    ``"module:NAME"`` of such a mapping (imported when the stage runs, not when it is declared)."""
 
     name: str
-    records: tuple[type[ShardRecord], ...] | str = ()
+    records: Mapping[int, type[ShardRecord]] | str = field(default_factory=dict, hash=False)
 
-    def types(self) -> tuple[type[ShardRecord], ...]:
+    def tagged(self) -> Mapping[int, type[ShardRecord]]:
+        """Its record types by tag; refuses a tag that is not a byte, or a type tagged twice."""
+        found: Mapping[int, type[ShardRecord]]
         if isinstance(self.records, str):
             module, _, name = self.records.partition(":")
-            found: tuple[type[ShardRecord], ...] = getattr(importlib.import_module(module), name)
-            return found
-        return self.records
+            found = getattr(importlib.import_module(module), name)
+        else:
+            found = self.records
+        if any(not 0 <= tag <= 255 for tag in found) or len(set(found.values())) != len(found):
+            kinds = [kind.__name__ for kind in found.values()]
+            raise ConfigError(f"internal topic {self.name}: tags {sorted(found)} of {kinds}: "
+                              "a tag is a byte, one type one tag")
+        return found
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class InternalStream:
     def __init__(self, declared: InternalTopic, topic: str, shards: int) -> None:
         self.topic: Final = topic
         self.shards: Final = shards
-        self._tags: Final = {kind: bytes([tag]) for tag, kind in enumerate(declared.types())}
+        self._tags: Final = {kind: bytes([tag]) for tag, kind in declared.tagged().items()}
 
     def send(self, record: ShardRecord, key: bytes, partition: int | None = None) -> Emit:
         """``record`` to the shard of ``key`` (or to ``partition``)."""
@@ -179,7 +187,8 @@ class TypedHandler:
     __slots__ = ("_table", "_topic")
 
     def __init__(self, declared: InternalTopic, handlers: Sequence[On[Any]]) -> None:
-        kinds = declared.types()
+        tagged = declared.tagged()
+        kinds = list(tagged.values())
         by_type = {each.record: each.handle for each in handlers}
         missing = [kind.__name__ for kind in kinds if kind not in by_type]
         extra = [kind.__name__ for kind in by_type if kind not in kinds]
@@ -187,13 +196,17 @@ class TypedHandler:
             raise ConfigError(f"internal topic {declared.name}: records without a processor {missing}, "
                               f"processors of undeclared records {extra}, or one record processed twice")
         self._topic = declared.name
-        self._table = [(kind, by_type[kind]) for kind in kinds]
+        self._table: list[tuple[type[ShardRecord], Callable[..., list[Emit]]] | None]
+        self._table = [None] * (max(tagged, default=-1) + 1)
+        for tag, kind in tagged.items():
+            self._table[tag] = (kind, by_type[kind])
 
     def __call__(self, message: Message, state: BatchState) -> list[Emit]:
         value = message.value() or b""
-        if not value or value[0] >= len(self._table):
+        found = self._table[value[0]] if value and value[0] < len(self._table) else None
+        if found is None:
             raise RecordRejected("invalid_shard_record", f"a record of {self._topic} of no declared type")
-        kind, handle = self._table[value[0]]
+        kind, handle = found
         return handle(kind.decode(value[1:]), message, state)
 
 

@@ -113,7 +113,8 @@ class LetterCount:
 
 SPEC = StageSpec("letter-count", "each distinct word counted once, by its first letter", metrics_port=9418,
                  inputs=("lines",), outputs=("letter-counts",),
-                 internal=(InternalTopic("scatter", (Word,)), InternalTopic("gather", (Tally, Repeat))),
+                 internal=(InternalTopic("scatter", {0: Word}),
+                           InternalTopic("gather", {0: Tally, 1: Repeat})),
                  build=lambda _settings, _runtime: LetterCount())
 
 

@@ -23,7 +23,7 @@ from streams.runtime.batch import OwnedShards
 from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.schedule import Punctuators
 from streams.runtime.store import MemoryStore
-from streams.runtime.topology import InternalStream, TypedHandler, shard_handlers
+from streams.runtime.topology import InternalStream, ShardRecord, TypedHandler, shard_handlers
 from testing.memory_kafka import abortable
 from testing.stages import bind, plain_topology, running
 
@@ -50,7 +50,7 @@ class Pong:
         return cls()
 
 
-GATHER = InternalTopic("gather", (Ping, Pong))
+GATHER = InternalTopic("gather", {0: Ping, 7: Pong})   # tags need not follow one another
 
 
 def test_a_typed_record_is_framed_by_its_type_and_handed_to_its_processor() -> None:
@@ -62,14 +62,21 @@ def test_a_typed_record_is_framed_by_its_type_and_handed_to_its_processor() -> N
         emit = stream.send(record, b"k")
         handler(LineMessage(emit.topic, 0, emit.value or b"", emit.key), BatchState(MemoryStore()))
     assert got == [Ping(b"hello"), Pong()]
-    assert stream.frame(Pong()) == b"\x01" and stream.shard_of(b"k") in range(4)
+    assert stream.frame(Pong()) == b"\x07" and stream.shard_of(b"k") in range(4)
 
 
-@pytest.mark.parametrize("value", [b"", b"\x02", b"\xff..."])
+@pytest.mark.parametrize("value", [b"", b"\x01", b"\x08", b"\xff..."])
 def test_a_record_of_no_declared_type_is_refused(value: bytes) -> None:
     handler = TypedHandler(GATHER, [On(Ping, lambda r, m, s: []), On(Pong, lambda r, m, s: [])])
     with pytest.raises(RecordRejected, match="no declared type"):
         handler(LineMessage("t.gather", 0, value), BatchState(MemoryStore()))
+
+
+@pytest.mark.parametrize("records", [{0: Ping, 1: Ping}, {0: Ping, 256: Pong}, {-1: Ping}],
+                         ids=["a-type-twice", "not-a-byte", "negative"])
+def test_tags_that_are_not_one_byte_a_type_are_refused(records: dict[int, type[ShardRecord]]) -> None:
+    with pytest.raises(ConfigError, match="tag"):
+        InternalStream(InternalTopic("gather", records), "t.gather", 4)
 
 
 @pytest.mark.parametrize("handlers", [

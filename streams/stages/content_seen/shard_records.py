@@ -310,7 +310,7 @@ class PayloadNotice:
         return cls(found)
 
 
-# Appended, never reordered: a record's type is its place here (records of an earlier version decode).
-RECORDS = (PageWaits, Probe, Reply, Notice, Mark, Progress, Drain, Decide, PayloadProbe, PayloadReply,
-           PayloadNotice,
-           LastVerdict)
+# Each type's tag on the topic, kept for good (records of an earlier version decode); a new type
+# takes a new tag.
+RECORDS = {0: PageWaits, 1: Probe, 2: Reply, 3: Notice, 4: Mark, 5: Progress, 6: Drain, 7: Decide,
+           8: PayloadProbe, 9: PayloadReply, 10: PayloadNotice, 11: LastVerdict}
