@@ -32,11 +32,9 @@ from streams.ops.logs import (
 from streams.spec import StageSpec
 
 if TYPE_CHECKING:
+    from streams.runtime.admin import KafkaConfig
+    from streams.runtime.api import PartitionStore, Stage, Topology
     from streams.runtime.engine import Engine, EngineObserver
-    from streams.runtime.kafka_io import KafkaConfig
-    from streams.runtime.stage import Stage
-    from streams.runtime.store import PartitionStore
-    from streams.runtime.topology import Topology
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -53,7 +51,7 @@ def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
 
 def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     """Run a registered stage as a worker, or ``--offline`` on standard input and output."""
-    from streams.runtime.runner import run_stage
+    from streams.runtime.admin import run_stage
 
     settings = _runtime_settings(args)
     topic_settings = _topic_settings(args)
@@ -61,8 +59,7 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     offline = getattr(args, "offline", False)
     logs.bind(stage=spec.name, worker_id=settings.worker_id)
     if not offline:  # the stage's topics are those of its state's current generation
-        from streams.runtime.generations import current_topics
-        from streams.runtime.reach import reach_cluster
+        from streams.runtime.admin import current_topics, reach_cluster
 
         kafka = kafka_config(args.config)
         reach_cluster(kafka)
@@ -108,7 +105,7 @@ def _offline_dir(args: argparse.Namespace) -> Iterator[Path]:
 
 
 def _offline(topology: Topology, stage: Stage, store: PartitionStore) -> int:
-    from streams.runtime.offline import run_offline
+    from streams.runtime.admin import run_offline
 
     try:
         run_offline(topology, stage, store, sys.stdin.buffer)
@@ -118,9 +115,7 @@ def _offline(topology: Topology, stage: Stage, store: PartitionStore) -> int:
 
 
 def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
-    from streams.runtime.replication import for_command
-    from streams.runtime.reshard import ReshardPlan, reshard
-    from streams.runtime.runner import topic_size_config
+    from streams.runtime.admin import ReshardPlan, replication_for_command, reshard, topic_size_config
     from streams.topics import Topics
 
     spec = next(each for each in stages if each.name == args.stage)
@@ -130,8 +125,9 @@ def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
     stage = spec.build(spec.load_settings(args), settings)
     kafka = kafka_config(args.config)
     plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
-                       topic_size_config(settings.max_record_bytes), for_command(kafka, topic_settings),
-                       args.wait_s, args.keep_old, tuple(each.name for each in spec.internal))
+                       topic_size_config(settings.max_record_bytes),
+                       replication_for_command(kafka, topic_settings), args.wait_s, args.keep_old,
+                       tuple(each.name for each in spec.internal))
     report = reshard(kafka, plan, stage.store(),
                      step=lambda name: print(f"reshard: {name}", flush=True))
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "

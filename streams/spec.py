@@ -23,8 +23,7 @@ from typing import Any, Literal
 
 from streams import config
 from streams.config import RuntimeSettings
-from streams.runtime.stage import Stage
-from streams.runtime.topology import InternalTopic, Topology
+from streams.runtime.api import InternalTopic, Stage, Topology
 from streams.topics import Topics
 
 Options = Callable[[argparse.ArgumentParser], None]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from streams import config
 from streams.broker import kafka_local
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.admin import KafkaConfig
 
 
 def kafka_config(toml_path: Path | None = None) -> KafkaConfig:

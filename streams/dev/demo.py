@@ -37,8 +37,7 @@ from streams import config, registry
 from streams.broker import kafka_local
 from streams.dev import simweb
 from streams.ops.progress import ProgressBoard
-from streams.runtime.kafka_io import KafkaConfig, produce_all, read_to_end
-from streams.runtime.topic_admin import TopicSpec, ensure_topics
+from streams.runtime.admin import KafkaConfig, TopicSpec, ensure_topics, produce_all, read_to_end
 from streams.topics import Topics
 
 HOSTS = ["news.example", "shop.example", "blog.example", "wiki.example", "forum.example"]

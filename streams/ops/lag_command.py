@@ -20,8 +20,7 @@ from confluent_kafka.admin import AdminClient
 from streams import config, registry
 from streams.broker.bootstrap import kafka_config
 from streams.ops.lag import PartitionLag, group_lag, topic_partitions
-from streams.runtime.generations import current_topics
-from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.admin import KafkaConfig, current_topics
 from streams.topics import Topics
 
 

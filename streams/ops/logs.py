@@ -28,7 +28,7 @@ import orjson
 from confluent_kafka import KafkaException
 
 from streams.errors import BrokerError, StreamsError
-from streams.runtime.client_log import error_text
+from streams.runtime.admin import error_text
 
 LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS: Final = ("text", "json")

@@ -31,9 +31,15 @@ from streams import config
 from streams.broker.bootstrap import kafka_config
 from streams.errors import ConfigError
 from streams.ops.warc import DEFAULT_MAX_LINKS, FETCHED_PAGES, FRONTIER, Item, Out, Skip, warc_items
-from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD, KafkaConfig
-from streams.runtime.replication import for_command
-from streams.runtime.topic_admin import TopicSpec, ensure_topics, output_limits
+from streams.runtime.admin import (
+    CLIENT_MAX_MESSAGE_BYTES,
+    RECORD_OVERHEAD,
+    KafkaConfig,
+    TopicSpec,
+    ensure_topics,
+    output_limits,
+    replication_for_command,
+)
 from streams.topics import Topics
 
 AUTO: Final = "auto"
@@ -298,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
     targets = {FETCHED_PAGES: topics.fetched_pages, FRONTIER: topics.frontier}
     kafka = kafka_config(args.config)
     ensure_topics(kafka, [TopicSpec(name, settings.input_partitions) for name in targets.values()],
-                  for_command(kafka, settings))
+                  replication_for_command(kafka, settings))
     max_bytes = args.max_record_bytes or record_limit(kafka, list(targets.values()))
     tally: Counter[str] = Counter()
     sink = Sink(kafka, targets, args.rate, max_bytes, tally)

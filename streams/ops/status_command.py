@@ -35,8 +35,8 @@ from streams.broker.bootstrap import kafka_config
 from streams.broker.kafka_release import cache_root
 from streams.errors import RecordRejected, StreamsError
 from streams.ops.owners import Owner, OwnersCache, describe
-from streams.runtime.kafka_io import KafkaConfig
-from streams.runtime.partitioner import partition_for
+from streams.runtime.admin import KafkaConfig
+from streams.runtime.api import partition_for
 from streams.spec import StageSpec
 from streams.topics import Topics
 

@@ -45,7 +45,7 @@ from streams.archives.revisit import Capture
 from streams.archives.warc_records import GZIP_MAGIC, MalformedWarc, RecordWriter, read_records
 from streams.errors import ConfigError, InputError, StateError
 from streams.ops.replay import grouped
-from streams.runtime.store import PartitionStore, RocksStore
+from streams.runtime.api import PartitionStore, RocksStore
 
 STORE_DIR: Final = "warc-dedup"
 LAYOUT_META: Final = "warc_dedup_layout"
