@@ -34,7 +34,7 @@ from streams.spec import StageSpec
 if TYPE_CHECKING:
     from streams.runtime.admin import KafkaConfig
     from streams.runtime.api import PartitionStore, Stage, Topology
-    from streams.runtime.engine import Engine, EngineObserver
+    from streams.runtime.snapshot import Published, WorkerObserver
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -52,6 +52,7 @@ def _topic_settings(args: argparse.Namespace) -> config.TopicSettings:
 def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
     """Run a registered stage as a worker, or ``--offline`` on standard input and output."""
     from streams.runtime.admin import run_stage
+    from streams.runtime.snapshot import observing
 
     settings = _runtime_settings(args)
     topic_settings = _topic_settings(args)
@@ -73,12 +74,13 @@ def run_spec(spec: StageSpec, args: argparse.Namespace) -> int:
             return _offline(topology, stage, store)
     kafka, observer = _metrics(args, spec.name, kafka_config(args.config))
     run_stage(topology, stage, kafka, settings, topic_settings, idle_exit_s=args.idle_exit_s,
-              observer=observer, generation=topics.generation(spec.name), drain=args.drain)
+              observer=observing(observer) if observer is not None else None,
+              generation=topics.generation(spec.name), drain=args.drain)
     return 0
 
 
 def _metrics(args: argparse.Namespace, stage: str,
-             kafka: KafkaConfig) -> tuple[KafkaConfig, Callable[[Engine], EngineObserver] | None]:
+             kafka: KafkaConfig) -> tuple[KafkaConfig, Callable[[Published], WorkerObserver] | None]:
     """The worker's Prometheus endpoint (and /status) and lag thread, unless metrics are disabled;
     its port is bound now, before the worker joins its group, and its clients' ``client.id`` tells
     where it answers (``crawl-dedup status`` reads it from the group's description)."""
@@ -91,7 +93,7 @@ def _metrics(args: argparse.Namespace, stage: str,
     bound = bind_port(settings, stage)
     client_id = advertised_client_id(kafka.client.get("client.id") or f"crawl-dedup.{stage}", bound.address)
     advertised = dataclasses.replace(kafka, client={**kafka.client, "client.id": client_id})
-    return advertised, lambda engine: MetricsEndpoint(settings, engine, bound)
+    return advertised, lambda worker: MetricsEndpoint(settings, worker, bound)
 
 
 @contextlib.contextmanager

@@ -20,8 +20,8 @@ The port is the worker's metrics port, taken exactly: a port in use is a start-u
 ``0`` explicitly asks for any free port (logged). It is bound before the worker joins its group
 (:func:`bind`), so the worker can tell the group where it answers
 (:func:`streams.ops.owners.advertised_client_id`).
-Answers are computed from :class:`~streams.runtime.lifecycle.Lifecycle`, whose fields the engine's
-thread rebinds whole.
+Answers are computed from the worker's lifecycle as the runtime publishes it, a
+:class:`~streams.runtime.snapshot.LifecycleSnapshot` taken for each probe in the server's thread.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import orjson
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from streams.errors import ConfigError
-from streams.runtime.lifecycle import Lifecycle
+from streams.runtime.snapshot import LifecycleSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ STATUS_LINES = {200: "200 OK", 400: "400 Bad Request", 404: "404 Not Found",
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - names, not a bind
 
 
-def liveness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:
+def liveness(lifecycle: LifecycleSnapshot, stall_after_s: float, now: float | None = None) -> Answer:
     """(alive, facts): the main loop showed a sign of life within ``stall_after_s``. Decided on the
     age as reported (to the millisecond), so a stalled answer never shows an age of exactly
     ``stall_after_s``."""
@@ -62,7 +62,7 @@ def liveness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = Non
                    "seconds_since_loop_turned": quiet_s, "stall_after_s": stall_after_s}
 
 
-def readiness(lifecycle: Lifecycle, stall_after_s: float, now: float | None = None) -> Answer:
+def readiness(lifecycle: LifecycleSnapshot, stall_after_s: float, now: float | None = None) -> Answer:
     """(ready, facts): assigned, recovered, consuming, and not stalled."""
     alive, facts = liveness(lifecycle, stall_after_s, now)
     ready = lifecycle.ready and alive
@@ -91,9 +91,10 @@ class _Quiet(WSGIRequestHandler):
 
 class Endpoint:
     """The WSGI application: the registry on ``/metrics``, the two probes, the state's ``/status``,
-    404 elsewhere."""
+    404 elsewhere. ``lifecycle``: the worker's lifecycle now
+    (:meth:`~streams.runtime.snapshot.Published.lifecycle`), asked at each probe."""
 
-    def __init__(self, registry: CollectorRegistry, lifecycle: Lifecycle | None,
+    def __init__(self, registry: CollectorRegistry, lifecycle: Callable[[], LifecycleSnapshot] | None,
                  stall_after_s: float, status: StatusAnswer | None = None) -> None:
         self._metrics = make_wsgi_app(registry)
         self._lifecycle, self._stall_after_s = lifecycle, stall_after_s
@@ -111,7 +112,7 @@ class Endpoint:
         if probe is None or self._lifecycle is None:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: /metrics, /healthz, /readyz, /status\n"]
-        ok, facts = probe(self._lifecycle, self._stall_after_s)
+        ok, facts = probe(self._lifecycle(), self._stall_after_s)
         return _json(start_response, "200 OK" if ok else "503 Service Unavailable", facts)
 
 

@@ -2,10 +2,11 @@
 ``/healthz`` and ``/readyz`` (:mod:`streams.ops.health`).
 
 Every series of this project is labelled with the stage; Prometheus adds ``instance``. Counters are
-advanced from the engine's own thread after each committed batch (:class:`WorkerMetrics` is the
-engine's observer), so they count what was committed, not what was attempted; stage decisions are
-counted as the stage makes them, so a batch that aborts (rare) counts its decisions twice. The
-counters a worker can know in advance start at 0, so an alert can tell "none yet" from "no worker".
+advanced from the engine's own thread after each committed batch (:class:`MetricsEndpoint` is the
+worker's observer, handed what the runtime publishes of it: :mod:`streams.runtime.snapshot`), so
+they count what was committed, not what was attempted; stage decisions are counted as the stage
+makes them, so a batch that aborts (rare) counts its decisions twice. The counters a worker can
+know in advance start at 0, so an alert can tell "none yet" from "no worker".
 
 Names follow the Prometheus naming guidelines: base units (``_seconds``, ``_bytes``), ``_total``
 on counters, ``_ratio`` for a share between 0 and 1 (a probability too: "rate" is for per second),
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import confluent_kafka
 from confluent_kafka import Consumer
@@ -48,9 +49,8 @@ from streams.config import MetricsSettings
 from streams.ops.health import Bound, Endpoint, bind
 from streams.ops.lag import LagMonitor, PartitionLag, topic_partitions
 from streams.ops.status import WorkerStatus
-from streams.runtime.engine import Engine
-from streams.runtime.lifecycle import Lifecycle
-from streams.runtime.store import Measured
+from streams.runtime.api import Measured
+from streams.runtime.snapshot import EngineSnapshot, LifecycleSnapshot, Published
 from streams.version import package_version
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), 
                                   "Estimated probability that a new URL passes for seen: "
                                   "fill ratio ** hash count"),
 }
-LIFECYCLE_GAUGES = {  # read from the engine's Lifecycle at each scrape (LifecycleCollector)
+LIFECYCLE_GAUGES = {  # read from the worker's lifecycle at each scrape (LifecycleCollector)
     "crawl_dedup_ready": "1 when assigned, recovered and consuming (what /readyz answers 200 to), else 0",
     "crawl_dedup_last_commit_timestamp_seconds":
         "Unix time of this worker's last committed transaction (its start time before the first)",
@@ -116,11 +116,12 @@ def duplicate_ratio(decisions: Mapping[str, int]) -> float | None:
 
 class LifecycleCollector(Collector):
     """Readiness, last commit and recovery progress, read from the lifecycle when scraped (the
-    engine's thread may be inside a long recovery that no batch observer would interrupt)."""
+    engine's thread may be inside a long recovery that no batch observer would interrupt).
+    ``source``: the lifecycle's snapshot now (:meth:`~streams.runtime.snapshot.Published.lifecycle`)."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
-        self.lifecycle: Lifecycle | None = None
+        self.source: Callable[[], LifecycleSnapshot] | None = None
 
     def describe(self) -> list[GaugeMetricFamily]:
         return [GaugeMetricFamily(name, text, labels=["stage"]) for name, text in LIFECYCLE_GAUGES.items()]
@@ -129,7 +130,7 @@ class LifecycleCollector(Collector):
         ready, last_commit, remaining, ratio, standby = (
             GaugeMetricFamily(name, text, labels=["stage", "shard"] if name in PER_SHARD else ["stage"])
             for name, text in LIFECYCLE_GAUGES.items())
-        lifecycle = self.lifecycle
+        lifecycle = self.source() if self.source is not None else None
         if lifecycle is not None:
             ready.add_metric([self.stage], 1.0 if lifecycle.ready else 0.0)
             last_commit.add_metric([self.stage], lifecycle.last_commit_time)
@@ -206,42 +207,40 @@ class WorkerMetrics:
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)
 
-    # -- the engine's observer ----------------------------------------------------------------
+    # -- the worker's snapshots ----------------------------------------------------------------
 
-    def started(self, engine: Engine) -> None:
-        self.lifecycle.lifecycle = engine.lifecycle
-        for topic in engine.topology.input_topics:
+    def started(self, input_topics: Iterable[str], snapshot: EngineSnapshot) -> None:
+        for topic in input_topics:
             self.counters["records_in"].labels(self.stage, topic)
-        self.batch_done(engine)
+        self.batch_done(snapshot)
 
-    def batch_done(self, engine: Engine) -> None:
-        counters = engine.counters
-        self._advance("records_in", counters.consumed_by_topic)
-        self._advance("records_out", counters.emitted_by_topic)
-        self._advance("dead_letters", counters.dead_letters_by_reason)
-        self._advance_one("aborted_batches", counters.aborted_batches)
-        self._advance_one("recovered_records", counters.recovered_records)
-        self._advance_one("deferred_records", counters.deferred_records)
-        if counters.batches and self._seen.get(("batches", "")) != counters.batches:
-            self._seen[("batches", "")] = counters.batches
-            self.batch_seconds.labels(self.stage).observe(counters.last_batch_s)
-            if counters.last_batch_oldest_ms is not None:
-                age_s = max(time.time() - counters.last_batch_oldest_ms / 1000, 0.0)
+    def batch_done(self, snapshot: EngineSnapshot) -> None:
+        self._advance("records_in", snapshot.consumed_by_topic)
+        self._advance("records_out", snapshot.emitted_by_topic)
+        self._advance("dead_letters", snapshot.dead_letters_by_reason)
+        self._advance_one("aborted_batches", snapshot.aborted_batches)
+        self._advance_one("recovered_records", snapshot.recovered_records)
+        self._advance_one("deferred_records", snapshot.deferred_records)
+        if snapshot.batches and self._seen.get(("batches", "")) != snapshot.batches:
+            self._seen[("batches", "")] = snapshot.batches
+            self.batch_seconds.labels(self.stage).observe(snapshot.last_batch_s)
+            if snapshot.last_batch_oldest_ms is not None:
+                age_s = max(time.time() - snapshot.last_batch_oldest_ms / 1000, 0.0)
                 self.record_age.labels(self.stage).observe(age_s)
-        self._advance("decisions", counters.decisions)
-        self._advance("race_matches", counters.race_matches)
+        self._advance("decisions", snapshot.decisions)
+        self._advance("race_matches", snapshot.race_matches)
         for key, (event, _text) in EVENT_COUNTERS.items():
-            if counters.events.get(event):
-                self._advance_one(key, counters.events[event])
-        ratio = duplicate_ratio(counters.decisions)
+            if snapshot.events.get(event):
+                self._advance_one(key, snapshot.events[event])
+        ratio = duplicate_ratio(snapshot.decisions)
         if ratio is not None:
             self.duplicate_ratio.labels(self.stage).set(ratio)
         if (time.monotonic() - self._last_store_update > STORE_GAUGE_INTERVAL_S
-                or set(engine.stores) != self._gauged_shards):
-            self.update_store_gauges(engine)
+                or set(snapshot.stores) != self._gauged_shards):
+            self.update_store_gauges(snapshot)
 
-    def stopped(self, engine: Engine) -> None:
-        self.batch_done(engine)
+    def stopped(self, snapshot: EngineSnapshot) -> None:
+        self.batch_done(snapshot)
 
     def _advance(self, key: str, totals: Mapping[str, int]) -> None:
         """Add to a labelled counter what the engine's running total gained since last time."""
@@ -257,12 +256,12 @@ class WorkerMetrics:
             self.counters[key].labels(self.stage).inc(total - before)
             self._seen[(key, "")] = total
 
-    def update_store_gauges(self, engine: Engine) -> None:
+    def update_store_gauges(self, snapshot: EngineSnapshot) -> None:
         """Per-shard size and Bloom fill of the shards owned now; series of revoked shards go."""
         self._last_store_update = time.monotonic()
-        self._gauged_shards = set(engine.stores)  # a shard gained or lost is measured at once
+        self._gauged_shards = set(snapshot.stores)  # a shard gained or lost is measured at once
         current: set[tuple[str, str]] = set()
-        for partition, store in list(engine.stores.items()):
+        for partition, store in list(snapshot.stores.items()):
             if not isinstance(store, Measured):
                 continue
             for name, value in store.measurements().items():
@@ -292,34 +291,36 @@ def bind_port(settings: MetricsSettings, stage: str) -> Bound:
 
 
 class MetricsEndpoint:
-    """The engine observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
+    """The worker observer the CLI installs: the HTTP endpoint, the lag thread and the series."""
 
-    def __init__(self, settings: MetricsSettings, engine: Engine, bound: Bound | None = None) -> None:
+    def __init__(self, settings: MetricsSettings, worker: Published, bound: Bound | None = None) -> None:
         """``bound``: the port, bound before the engine was made (:func:`bind_port`), else bound here."""
-        stage = engine.topology.stage
+        facts = worker.facts
+        stage = facts.stage
+        self._input_topics = facts.input_topics
         self.metrics = WorkerMetrics(stage)
-        self.metrics.lifecycle.lifecycle = engine.lifecycle
+        self.metrics.lifecycle.source = worker.lifecycle
         bound = bound or bind_port(settings, stage)
         queries = self.metrics.counters["status_queries"]
-        status = WorkerStatus(engine, lambda answer: queries.labels(stage, answer).inc())
-        bound.attach(Endpoint(self.metrics.registry, engine.lifecycle, settings.stall_after_s, status))
+        status = WorkerStatus(worker, lambda answer: queries.labels(stage, answer).inc())
+        bound.attach(Endpoint(self.metrics.registry, worker.lifecycle, settings.stall_after_s, status))
         self.port = bound.port
         shown = f"[{settings.host}]" if ":" in settings.host else settings.host
         log.info("serving http://%s:%d/metrics, /healthz, /readyz and /status", shown, self.port,
                  extra={"fields": {"event": "metrics", "host": settings.host, "port": self.port}})
-        admin = AdminClient(engine.kafka.admin())
-        topics = sorted({*engine.topology.input_topics, *engine.topology.shard_topics})
-        reader = Consumer(engine.kafka.consumer(engine.group))  # never subscribes: reads commits only
-        self._lag = LagMonitor(admin, reader, engine.group, lambda: topic_partitions(admin, topics),
+        admin = AdminClient(facts.kafka.admin())
+        topics = sorted({*facts.input_topics, *facts.shard_topics})
+        reader = Consumer(facts.kafka.consumer(facts.group))  # never subscribes: reads commits only
+        self._lag = LagMonitor(admin, reader, facts.group, lambda: topic_partitions(admin, topics),
                                self.metrics.report_lag, settings.lag_interval_s)
 
-    def started(self, engine: Engine) -> None:
-        self.metrics.started(engine)
+    def started(self, snapshot: EngineSnapshot) -> None:
+        self.metrics.started(self._input_topics, snapshot)
         self._lag.start()
 
-    def batch_done(self, engine: Engine) -> None:
-        self.metrics.batch_done(engine)
+    def batch_done(self, snapshot: EngineSnapshot) -> None:
+        self.metrics.batch_done(snapshot)
 
-    def stopped(self, engine: Engine) -> None:
+    def stopped(self, snapshot: EngineSnapshot) -> None:
         self._lag.stop()
-        self.metrics.stopped(engine)
+        self.metrics.stopped(snapshot)

@@ -4,10 +4,11 @@
 in each stage's consumer group and asks it here: ``GET /status?key=<32 hex digits>``. The worker
 answers from the shard's store as the last committed transaction left it, in the HTTP server's
 thread, while the engine's thread goes on (a read of RocksDB holds the interpreter lock, and the
-engine rebinds its map of stores whole, so a read meets a store that is open, or one closed a moment
-ago: an error, answered 503 and asked again). Ownership is the engine's: the shards whose stores it
-opened for its assignment, recovered; nothing else (a shard still recovering, or gone in a
-rebalance, is 421, and the command asks the group again).
+runtime publishes a copy of its map of stores made in one step, so a read meets a store that is
+open, or one closed a moment ago: an error, answered 503 and asked again). Ownership is the
+engine's: the shards whose stores it opened for its assignment, recovered; nothing else (a shard
+still recovering, or gone in a rebalance, is 421, and the command asks the group again). All of it
+is read from what the runtime publishes of the worker (:mod:`streams.runtime.snapshot`).
 
 What a stage says of a key is its own (:class:`StatusAnswers`): the URL stage whether the URL is
 seen and since when, the revisit stage its next fetch, the page stage its last verdict.
@@ -20,9 +21,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qs
 
-from streams.runtime.engine import Engine
-from streams.runtime.partitioner import partition_for
-from streams.runtime.store import PartitionStore
+from streams.runtime.api import PartitionStore, partition_for
+from streams.runtime.snapshot import Published
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ class StatusAnswers(Protocol):
 class WorkerStatus:
     """``/status`` of one worker (the endpoint's :data:`~streams.ops.health.StatusAnswer`)."""
 
-    def __init__(self, engine: Engine, counted: Callable[[str], None]) -> None:
+    def __init__(self, worker: Published, counted: Callable[[str], None]) -> None:
         """``counted(answer)``: each query, by its answer (``answered``, ``not_owned``, ``refused``)."""
-        self._engine = engine
+        self._worker = worker
         self._counted = counted
 
     def __call__(self, query: str) -> tuple[int, dict[str, Any]]:
@@ -53,9 +53,9 @@ class WorkerStatus:
         return code, found
 
     def _answer(self, query: str) -> tuple[int, dict[str, Any]]:
-        engine = self._engine
-        stage, worker = engine.topology.stage, engine.settings.worker_id
-        answers = engine.stage
+        facts = self._worker.facts
+        stage, worker = facts.stage, facts.worker_id
+        answers = facts.behaviour
         if not isinstance(answers, StatusAnswers):
             return 404, {"error": f"the {stage} stage answers no status", "stage": stage}
         try:
@@ -64,15 +64,15 @@ class WorkerStatus:
             key = b""
         if len(key) != KEY_BYTES:
             return 400, {"error": "ask /status?key=<the 16-byte state key in hex>", "stage": stage}
-        shard = partition_for(key, engine.settings.shards)
-        facts = {"stage": stage, "group": engine.group, "shard": shard, "worker": worker}
-        store = engine.stores.get(shard)
+        shard = partition_for(key, facts.shards)
+        told = {"stage": stage, "group": facts.group, "shard": shard, "worker": worker}
+        store = self._worker.stores().get(shard)
         if store is None:
-            job = engine.lifecycle.recovery.get(shard)
-            return 421, {**facts, "error": "not_owned",
+            job = self._worker.lifecycle().recovery.get(shard)
+            return 421, {**told, "error": "not_owned",
                          "recovering": job is not None and job.remaining > 0}
         try:
-            return 200, {**facts, **answers.status(store, key)}
+            return 200, {**told, **answers.status(store, key)}
         except Exception as error:  # noqa: BLE001 - a store closed by a rebalance meanwhile: ask again
             log.debug("status of %s in shard %d: %r", key.hex(), shard, error)
-            return 503, {**facts, "error": f"the shard's store could not be read now: {error}"}
+            return 503, {**told, "error": f"the shard's store could not be read now: {error}"}

@@ -1,6 +1,7 @@
-"""The runtime's surface for the command line and cluster administration: what ``cli.py``,
+"""The runtime's surface for the command line and cluster administration: all that ``cli.py``,
 ``ops/``, ``dev/`` and ``broker/`` import of :mod:`streams.runtime` beside :mod:`streams.runtime.api`
-(the stage contract).
+(the stage contract) and :mod:`streams.runtime.snapshot` (what a running worker publishes for the
+metrics endpoint, the probes and ``/status``).
 
 Why a second public module: what a stage is made of and how an operator runs and moves stages
 change for different reasons and are read by different code. A stage imports

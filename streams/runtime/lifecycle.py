@@ -62,6 +62,28 @@ class ShardRecovery:
         return 1.0 if self.total <= 0 else self.done / self.total
 
 
+@dataclass(frozen=True, slots=True)
+class LifecycleSnapshot:
+    """The lifecycle facts at one moment (:meth:`Lifecycle.snapshot`): what the probes and the
+    lifecycle gauges read, from their own threads. ``recovery`` and ``standbys`` are the lifecycle's
+    own maps, which it rebinds whole and never changes in place."""
+
+    phase: str
+    ready: bool
+    assigned: bool
+    last_turn: float  # time.monotonic()
+    last_commit_time: float  # time.time()
+    owned: frozenset[Partition]
+    shard_topics: frozenset[str]
+    recovery: Mapping[int, ShardRecovery]
+    standbys: Mapping[int, int]
+    standbys_warm: bool
+
+
+def _ready(phase: str, standbys_warm: bool) -> bool:
+    return phase == "running" and standbys_warm
+
+
 def _shards(shards: Iterable[int]) -> str:
     listed = sorted(shards)
     return "none" if not listed else ", ".join(map(str, listed))
@@ -259,7 +281,14 @@ class Lifecycle:
     def ready(self) -> bool:
         """Running, and every standby copy here has caught up once: a worker added in a rolling
         restart is ready to stand in for the next one to go, not only to work."""
-        return self.phase == "running" and self.standbys_warm
+        return _ready(self.phase, self.standbys_warm)
+
+    def snapshot(self) -> LifecycleSnapshot:
+        """The facts now, each field read once (another thread may ask: see the module docstring)."""
+        phase, warm = self.phase, self.standbys_warm
+        return LifecycleSnapshot(phase, _ready(phase, warm), self.assigned, self.last_turn,
+                                 self.last_commit_time, self.owned, self.shard_topics, self.recovery,
+                                 self.standbys, warm)
 
     # -- stop ------------------------------------------------------------------------------
 

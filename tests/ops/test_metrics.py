@@ -20,6 +20,7 @@ from streams.ops.lag import PartitionLag
 from streams.ops.lag_command import over_limit
 from streams.ops.metrics import WorkerMetrics
 from streams.runtime.counters import Counters
+from streams.runtime.snapshot import snapshot
 from streams.runtime.store import MemoryStore
 
 
@@ -60,11 +61,11 @@ def test_counters_follow_the_engine_totals() -> None:
     metrics, engine = WorkerMetrics("url-dedup"), _Engine()
     engine.counters.consumed_by_topic["f"] = 5
     engine.counters.decisions.update({"new": 3, "seen": 1})
-    metrics.batch_done(engine)  # type: ignore[arg-type]
+    metrics.batch_done(snapshot(engine))  # type: ignore[arg-type]
     engine.counters.consumed_by_topic["f"] = 8
     engine.counters.dead_letters_by_reason["json"] = 2
     engine.counters.decisions.update({"seen": 4})
-    metrics.batch_done(engine)  # type: ignore[arg-type]
+    metrics.batch_done(snapshot(engine))  # type: ignore[arg-type]
     r = metrics.registry
     assert _value(r, "crawl_dedup_records_in_total", stage="url-dedup", topic="f") == 8
     assert _value(r, "crawl_dedup_dead_letters_total", stage="url-dedup", reason="json") == 2
@@ -75,10 +76,10 @@ def test_counters_follow_the_engine_totals() -> None:
 def test_store_gauges_drop_revoked_shards() -> None:
     metrics, engine = WorkerMetrics("url-dedup"), _Engine()
     engine.stores = {0: _BloomStore(), 3: _BloomStore()}
-    metrics.update_store_gauges(engine)  # type: ignore[arg-type]
+    metrics.update_store_gauges(snapshot(engine))  # type: ignore[arg-type]
     assert _value(metrics.registry, "crawl_dedup_bloom_fill_ratio", stage="url-dedup", shard="3") == 0.25
     del engine.stores[3]
-    metrics.update_store_gauges(engine)  # type: ignore[arg-type]
+    metrics.update_store_gauges(snapshot(engine))  # type: ignore[arg-type]
     assert _value(metrics.registry, "crawl_dedup_bloom_fill_ratio", stage="url-dedup", shard="3") is None
     assert _value(metrics.registry, "crawl_dedup_state_bytes", stage="url-dedup", shard="0") == 100
 
@@ -148,12 +149,12 @@ def _exposition() -> str:
     metrics, engine = WorkerMetrics("url-dedup"), _Engine()
     lifecycle = Lifecycle("url-dedup", ["s"], 5.0)
     lifecycle.assigned_now([("s", 0)])
-    metrics.lifecycle.lifecycle = lifecycle
+    metrics.lifecycle.source = lifecycle.snapshot
     engine.stores = {0: _BloomStore()}
     engine.counters.dead_letters_by_reason["invalid_url"] = 1
     engine.counters.consumed_by_topic["f"] = 1
     engine.counters.emitted_by_topic["n"] = 1
-    metrics.batch_done(engine)  # type: ignore[arg-type]
+    metrics.batch_done(snapshot(engine))  # type: ignore[arg-type]
     metrics.report_lag([PartitionLag("g", "t", 0, 5, 0, 9)])
     return generate_latest(metrics.registry).decode()
 

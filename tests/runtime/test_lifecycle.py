@@ -98,23 +98,24 @@ def test_the_format_comes_from_the_environment(value: str, ok: bool) -> None:
 def test_probes_through_the_phases() -> None:
     lifecycle = _lifecycle()
     t0 = lifecycle.last_turn
-    assert liveness(lifecycle, 10, t0 + 5)[0] and not readiness(lifecycle, 10, t0 + 5)[0]  # starting
+    starting = lifecycle.snapshot()
+    assert liveness(starting, 10, t0 + 5)[0] and not readiness(starting, 10, t0 + 5)[0]
     lifecycle.assigned_now([(SHARDS, 0)])
     lifecycle.recovering({0: (0, 100, 1000)})
-    ready, facts = readiness(lifecycle, 10)
+    ready, facts = readiness(lifecycle.snapshot(), 10)
     assert not ready and facts["phase"] == "recovering"
     assert facts["recovering"] == {"0": {"replayed": 100, "to_replay": 1000, "percent": 10.0}}
     lifecycle.recovering({0: (0, 1000, 1000)})
     lifecycle.recovered(1000, 1.0)
-    assert not readiness(lifecycle, 10)[0]  # recovered, but the loop has not consumed yet
+    assert not readiness(lifecycle.snapshot(), 10)[0]  # recovered, but the loop has not consumed yet
     lifecycle.turned()
-    assert readiness(lifecycle, 10)[0]
+    assert readiness(lifecycle.snapshot(), 10)[0]
     stalled_at = lifecycle.last_turn + 11
-    alive, facts = liveness(lifecycle, 10, stalled_at)
+    alive, facts = liveness(lifecycle.snapshot(), 10, stalled_at)
     assert not alive and facts["status"] == "stalled"
-    assert not readiness(lifecycle, 10, stalled_at)[0]
+    assert not readiness(lifecycle.snapshot(), 10, stalled_at)[0]
     lifecycle.stopping()
-    assert not readiness(lifecycle, 10)[0]
+    assert not readiness(lifecycle.snapshot(), 10)[0]
 
 
 @pytest.mark.parametrize(("quiet_s", "alive"), [(10.0004, True), (10.0006, False), (11.0, False)])
@@ -122,7 +123,7 @@ def test_a_stalled_answer_reports_an_age_past_the_limit(quiet_s: float, alive: b
     """Within the reported precision of the limit the loop counts as alive: a stalled answer never
     says its age is the limit itself."""
     lifecycle = _lifecycle()
-    answer, facts = liveness(lifecycle, 10, lifecycle.last_turn + quiet_s)
+    answer, facts = liveness(lifecycle.snapshot(), 10, lifecycle.last_turn + quiet_s)
     assert answer is alive and facts["status"] == ("ok" if alive else "stalled")
     assert (facts["seconds_since_loop_turned"] > 10) is not alive
 
@@ -138,8 +139,8 @@ def _get(port: int, path: str) -> tuple[int, dict[str, object]]:
 def test_probes_over_http_and_the_recovery_gauges() -> None:
     lifecycle = _lifecycle()
     metrics = WorkerMetrics("url-dedup")
-    metrics.lifecycle.lifecycle = lifecycle
-    port = serve(Endpoint(metrics.registry, lifecycle, stall_after_s=0.2), "127.0.0.1", 0)
+    metrics.lifecycle.source = lifecycle.snapshot
+    port = serve(Endpoint(metrics.registry, lifecycle.snapshot, stall_after_s=0.2), "127.0.0.1", 0)
     lifecycle.assigned_now([(SHARDS, 0), (SHARDS, 1)])
     lifecycle.recovering({0: (10, 260, 1010)})
     assert _get(port, "/readyz")[0] == 503
