@@ -14,7 +14,9 @@ records, the way they travel (frontier, the URL stage's shard topic, new-urls):
 
 Caught up means no committed record is left between the group's committed offset and the end
 taken at the start: records are read, not offsets compared, since past a transactional
-partition's last record come commit markers.
+partition's last record come commit markers. The URL stage's topics and group are its spec's
+(:mod:`streams.registry`), of its state's current generation: its internal topics are the
+runtime's to name, not this module's.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams import registry
 from streams.integrations.settings import CrawlSettings
-from streams.runtime.api import current_topics
+from streams.runtime.api import Topology, current_topics
+from streams.topics import Topics
 
 URL_STAGE = "url-dedup"
 WAIT_POLL_S = 0.1
@@ -71,7 +75,7 @@ class CrawlWatch:
         self.stopping = threading.Event()  # the process is closing: a round under way gives up
         self._past: dict[str, dict[int, int]] = {}  # topic -> ends the URL stage was found past
         kafka, topics = settings.kafka, settings.topics
-        self._stage_group = topics.group(settings.app_id, URL_STAGE)
+        self._stage_group = self._url_stage(topics).group
         # committed() only: these never subscribe, so they never join (or disturb) their groups
         self._groups = {group: Consumer(kafka.consumer(group))
                         for group in (self._stage_group, settings.group)}
@@ -128,10 +132,13 @@ class CrawlWatch:
     def stage_past_now(self) -> bool:
         """Whether the URL stage decides, within ``wait_s``, every frontier record written so far
         and every shard record those made."""
-        topics = self.settings.topics
-        stage = current_topics(self.settings.kafka, topics, self.settings.app_id, URL_STAGE)
-        shards = stage.shards(self.settings.app_id, URL_STAGE)
-        return self._stage_past(topics.frontier) and self._stage_past(shards)
+        current = current_topics(self.settings.kafka, self.settings.topics, self.settings.app_id, URL_STAGE)
+        stage = self._url_stage(current)
+        return all(self._stage_past(topic) for topic in [*stage.input_topics, *stage.shard_topics])
+
+    def _url_stage(self, topics: Topics) -> Topology:
+        """The URL stage's topics and group under ``topics``, as its spec declares them."""
+        return registry.spec(URL_STAGE).topology(topics, self.settings.app_id)
 
     def _stage_past(self, topic: str) -> bool:
         """The stage decided every record of ``topic`` before its ends now; a topic whose ends have
