@@ -1,9 +1,16 @@
 """``make lint``: who may import what, beyond "no circles" (tools/import_cycles.py).
 
-1. Stages and integrations use the runtime through its public surface only:
-   ``streams/runtime/api.py`` is what they may import of ``streams/runtime/``; the rest is the
-   runtime's own, free to change shape (Kafka Streams keeps 14 public files in ``processor/api/``
-   against 139 in ``processor/internals/`` for the same reason).
+1. Everything outside ``streams/runtime/`` uses the runtime through its public modules only; the
+   rest of ``streams/runtime/`` is the runtime's own, free to change shape (Kafka Streams keeps 14
+   public files in ``processor/api/`` against 139 in ``processor/internals/`` for the same reason):
+
+   - ``streams/runtime/api.py``, the stage contract: all a stage (``streams/stages/``) may import;
+   - ``streams/runtime/admin.py``, cluster administration (Kafka settings and reading, topics,
+     running a stage, reshard): for the command line and everything else outside the stages;
+   - ``streams/runtime/snapshot.py``, what a running worker publishes (its facts, totals,
+     lifecycle, stores): for ``ops/`` (metrics, probes, ``/status``) and the command line that
+     installs them.
+
 2. Development code stays development code: nothing in the package imports ``streams.dev`` (the
    demo and its simulated web) but the command line, for its ``demo`` command.
 
@@ -20,10 +27,28 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-PUBLIC = "streams.runtime.api"
-CLIENTS = ("streams.stages", "streams.integrations")  # who must keep to it
+RUNTIME = "streams.runtime"
+API, ADMIN, SNAPSHOT = (f"{RUNTIME}.{name}" for name in ("api", "admin", "snapshot"))
+# The runtime modules an importer outside the runtime may use: the first prefix it starts with
+# decides; a module no prefix names (integrations, spec, broker, pages, top-level modules...) gets
+# OTHERS.
+SURFACES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("streams.stages", (API,)),
+    ("streams.ops", (API, ADMIN, SNAPSHOT)),
+    ("streams.cli", (API, ADMIN, SNAPSHOT)),
+)
+OTHERS = (API, ADMIN)
 DEV = "streams.dev"
 DEV_USERS = ("streams.dev", "streams.cli")
+
+
+def surface(name: str) -> tuple[str, ...]:
+    """The runtime modules ``name`` (a module outside the runtime) may import."""
+    return next((allowed for prefix, allowed in SURFACES if _within(name, prefix)), OTHERS)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
 
 
 def _cycles_tool() -> ModuleType:
@@ -44,9 +69,10 @@ def _imports(package: Path) -> list[tuple[str, str]]:
 
 
 def reaching_in(package: Path) -> list[tuple[str, str]]:
-    """(module, runtime module) for every import of the runtime's insides by a stage or integration."""
+    """(module, runtime module) for every import of the runtime's insides from outside it: a module
+    the importer's surface (:func:`surface`) does not list."""
     return [(name, target) for name, target in _imports(package)
-            if name.startswith(CLIENTS) and target.startswith("streams.runtime.") and target != PUBLIC]
+            if not _within(name, RUNTIME) and _within(target, RUNTIME) and target not in surface(name)]
 
 
 def dev_users(package: Path) -> list[tuple[str, str]]:
@@ -57,7 +83,8 @@ def dev_users(package: Path) -> list[tuple[str, str]]:
 
 def main(argv: list[str]) -> int:
     package = Path(argv[1] if len(argv) > 1 else "streams")
-    found = [f"{name} imports {target}: import it from {PUBLIC}" for name, target in reaching_in(package)]
+    found = [f"{name} imports {target}: the runtime's own; import it from {' or '.join(surface(name))}"
+             for name, target in reaching_in(package)]
     found += [f"{name} imports {target}: development code, for the demo and the tests only"
               for name, target in dev_users(package)]
     for line in found:

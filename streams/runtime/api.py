@@ -2,7 +2,9 @@
 
 The rest of ``streams/runtime/`` is the runtime's own (the engine, recovery, the commit steps, the
 Kafka plumbing) and may change shape without a stage noticing; ``tools/import_rules.py`` (run by
-``make lint``) refuses an import of it from ``streams/stages/`` or ``streams/integrations/``.
+``make lint``) refuses an import of it from ``streams/stages/``, and from the rest of the package
+of anything but this module, :mod:`streams.runtime.admin` (cluster administration) and
+:mod:`streams.runtime.snapshot` (what a running worker publishes for ``ops/``).
 
 What a stage is made of:
 

@@ -73,22 +73,36 @@ def test_the_modules_the_design_card_names_are_the_stages() -> None:
     ({"stages/a.py": "from streams.runtime.api import Emit\n"}, []),
     ({"stages/a.py": "from streams.runtime.batch import Emit\n"},
      [("streams.stages.a", "streams.runtime.batch")]),
+    ({"stages/a.py": "from streams.runtime.admin import KafkaConfig\n"},
+     [("streams.stages.a", "streams.runtime.admin")]),
     ({"integrations/h.py": "def f():\n    from streams.runtime import kafka_io\n"},
      [("streams.integrations.h", "streams.runtime.kafka_io")]),
-    ({"ops/m.py": "from streams.runtime.engine import Engine\n"}, []),  # the runtime's own tooling may
-], ids=["through-the-api", "reaching-in", "in-a-function", "not-a-stage"])
+    ({"ops/m.py": "from streams.runtime.engine import Engine\n"},
+     [("streams.ops.m", "streams.runtime.engine")]),
+    ({"ops/m.py": "from streams.runtime.snapshot import Published\n"}, []),
+    ({"dev/d.py": "from streams.runtime.snapshot import Published\n"},
+     [("streams.dev.d", "streams.runtime.snapshot")]),
+    ({"cli.py": "from streams.runtime.admin import run_stage\n"}, []),
+    ({"spec.py": "from streams.runtime.topology import Topology\n"},
+     [("streams.spec", "streams.runtime.topology")]),
+    ({"runtime/engine.py": "from streams.runtime.batch import Emit\n"}, []),  # the runtime's own
+], ids=["through-the-api", "reaching-in", "admin-in-a-stage", "in-a-function", "ops-reaching-in",
+        "ops-through-the-snapshot", "snapshot-outside-ops", "cli-through-admin", "top-level-module",
+        "inside-the-runtime"])
 def test_reaching_into_the_runtime_is_found(tmp_path: Path, files: dict[str, str],
                                             expected: list[tuple[str, str]]) -> None:
     package = tmp_path / "streams"
-    for name, text in {"runtime/api.py": "", "runtime/batch.py": "", "runtime/kafka_io.py": "",
-                       "runtime/engine.py": "", **files}.items():
+    for name, text in {"runtime/api.py": "", "runtime/admin.py": "", "runtime/snapshot.py": "",
+                       "runtime/batch.py": "", "runtime/kafka_io.py": "", "runtime/engine.py": "",
+                       "runtime/topology.py": "", **files}.items():
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_text(text)
     assert _tool("import_rules").reaching_in(package) == expected
 
 
-def test_stages_and_integrations_use_the_runtime_through_its_api_only() -> None:
-    """streams/runtime/api.py is the runtime's public surface (tools/import_rules.py, make lint)."""
+def test_the_package_uses_the_runtime_through_its_public_modules_only() -> None:
+    """Stages through streams/runtime/api.py, the rest through api, admin and snapshot as
+    tools/import_rules.py allows them (make lint)."""
     assert _tool("import_rules").reaching_in(ROOT / "streams") == []
 
 
