@@ -27,12 +27,16 @@ from testing.memory_kafka import MemoryKafka
 
 
 class EchoStage:
-    """Routes ``{"k": ...}`` records by key; emits each key's first sighting."""
+    """Routes ``{"k": ...}`` records by key; emits each key's first sighting; counts its closes."""
 
     state_topic = "shards"
+    closes = 0
 
     def store(self) -> StoreSpec:
         return StoreSpec()
+
+    def close(self) -> None:
+        self.closes += 1
 
     def init(self, context: StageContext) -> Processors:
         self.context = context

@@ -288,7 +288,7 @@ class Engine:
         return self._assigned and time.monotonic() - self._last_activity > idle_exit_s
 
     def close(self) -> None:
-        """Leave the group, close the clients and the stores."""
+        """Leave the group, close the clients and the stores, and the stage."""
         self._watchdog.request_stop()  # a close that wedges exits; it never restarts the worker
         self._warmth.close()
         try:
@@ -299,7 +299,10 @@ class Engine:
                 self._input_reader.close()
             self._shards.close()
         finally:
-            self._watchdog.close()
+            try:
+                self.stage.close()
+            finally:
+                self._watchdog.close()
 
     # -- rebalance ---------------------------------------------------------------------------
 

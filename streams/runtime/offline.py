@@ -121,6 +121,7 @@ class OfflineDriver:
         context = StageContext(topology, 1, self.owned, self._reader, self.counters,
                                RuntimeSettings.dead_letter_max_value_bytes)
         processors = stage.init(context)
+        self._stage = stage
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)
         self._services = context.services
@@ -192,6 +193,10 @@ class OfflineDriver:
         if self._last_line > self._stored_line:
             self._store_line()
 
+    def close(self) -> None:
+        """The stage's own close (:meth:`streams.runtime.stage.Stage.close`); the store is the caller's."""
+        self._stage.close()
+
     def _store_line(self) -> None:
         self._store.set_meta(LINES_KEY, str(self._last_line).encode())
         self._stored_line = self._last_line
@@ -241,19 +246,22 @@ def run_offline(topology: Topology, stage: Stage, store: PartitionStore, lines: 
             read.popleft()
         return window[:taken]
 
-    for window in line_windows(lines):
-        for number, line in window:
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                read.append(driver.message(number, line))
-        following = prepare_next()
-        decide_prepared()
-        prepared = following
-    while prepared or read:
-        following = prepare_next()
-        decide_prepared()
-        prepared = following
-    driver.finish()
+    try:
+        for window in line_windows(lines):
+            for number, line in window:
+                line = line.rstrip(b"\r\n")
+                if line.strip():
+                    read.append(driver.message(number, line))
+            following = prepare_next()
+            decide_prepared()
+            prepared = following
+        while prepared or read:
+            following = prepare_next()
+            decide_prepared()
+            prepared = following
+        driver.finish()
+    finally:
+        driver.close()
     return written
 
 

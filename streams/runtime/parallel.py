@@ -87,6 +87,11 @@ class ProcessMap:
         return self._pending
 
     def close(self) -> None:
+        """Stop the children, once a submission under way is through (its threads would otherwise
+        meet closed pipes); a child that does not exit within 5 s is killed."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
         for connection in self._connections:
             connection.close()
         for child in self._children:

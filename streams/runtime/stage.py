@@ -15,8 +15,9 @@ changes (as changelog records) and the consumed offsets are committed together o
 Everything else is declared, not hooked: the stage's topics by name in its
 :class:`streams.spec.StageSpec`, its store in :meth:`Stage.store`
 (:class:`~streams.runtime.store_spec.StoreSpec`), and the services it uses asked of the
-:class:`~streams.runtime.context.StageContext` in :meth:`Stage.init`. The same two calls serve the
-Kafka engine and ``--offline``: a stage never knows which drives it.
+:class:`~streams.runtime.context.StageContext` in :meth:`Stage.init`; :meth:`Stage.close` lets go of
+what the stage made itself (the page stage's analysis processes). The same calls serve the Kafka
+engine and ``--offline``: a stage never knows which drives it.
 """
 
 from __future__ import annotations
@@ -37,4 +38,10 @@ class Stage(Protocol):
 
     def init(self, context: StageContext) -> Processors:
         """Called once, before any record: the services it uses, asked of ``context``; its processors."""
+        ...
+
+    def close(self) -> None:
+        """Called once, after the last record, by the driver that called :meth:`init` (when the
+        worker stops, fails or the offline input ends): what the stage started itself is stopped
+        here. The runtime closes its stores and clients itself."""
         ...

@@ -109,6 +109,9 @@ class StallWord:
     def store(self) -> StoreSpec:
         return StoreSpec()
 
+    def close(self) -> None:
+        pass
+
     def init(self, context: StageContext) -> Processors:
         self.shards, self.output = context.internal("shards").topic, context.output("first-words")
         return Processors(route=self.route, shards={"shards": self.process})

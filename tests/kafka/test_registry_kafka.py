@@ -22,6 +22,9 @@ class FirstWord:
     def store(self) -> StoreSpec:
         return StoreSpec()  # a RocksDB store and nothing more
 
+    def close(self) -> None:
+        pass
+
     def init(self, context: StageContext) -> Processors:
         self.shards, self.output = context.internal("shards").topic, context.output("first-words")
         return Processors(route=self.route, shards={"shards": self.process})

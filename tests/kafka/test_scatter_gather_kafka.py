@@ -80,6 +80,9 @@ class LetterCount:
     def store(self) -> StoreSpec:
         return StoreSpec()
 
+    def close(self) -> None:
+        pass
+
     def init(self, context: StageContext) -> Processors:
         self.scatter, self.gather = context.internal("scatter"), context.internal("gather")
         self.output = context.output("letter-counts")

@@ -53,6 +53,13 @@ def _values(broker: MemoryKafka, topic: str) -> list[tuple[bytes | None, bytes |
     return [(message.key(), message.value()) for message in broker.committed_records(topic)]
 
 
+def test_the_engine_closes_its_stage_once_when_it_closes() -> None:
+    stage = EchoStage()
+    with running(stage):
+        assert stage.closes == 0
+    assert stage.closes == 1
+
+
 def test_route_sends_records_to_the_shard_topic_keyed_by_state_key() -> None:
     with running(EchoStage()) as (engine, broker, _):
         broker.append("in", 3, None, b'{"k": "a"}')
@@ -155,6 +162,9 @@ class PreparingStage(EchoStage):
     def __init__(self) -> None:
         self.prepared: list[int] = []
         self.seen: list[tuple[str, int]] = []
+
+    def close(self) -> None:
+        pass
 
     def init(self, context: StageContext) -> Processors:
         context.prepare_input(self.prepare, self.ready_for_input)
@@ -285,6 +295,9 @@ class ReportingStage(EchoStage):
 
     def __init__(self) -> None:
         self.told: list[tuple[Any, list[int]]] = []
+
+    def close(self) -> None:
+        pass
 
     def init(self, context: StageContext) -> Processors:
         context.each_transaction(self.end_of_part)

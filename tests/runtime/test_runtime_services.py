@@ -3,6 +3,7 @@ scheduled callbacks, revocation, co-partitioned shards, a stage whose input is k
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Self
 
@@ -20,12 +21,12 @@ from streams.runtime.api import (
     StoreSpec,
 )
 from streams.runtime.batch import OwnedShards
-from streams.runtime.offline import LineMessage, OfflineDriver
+from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
 from streams.runtime.schedule import Punctuators
 from streams.runtime.store import MemoryStore
 from streams.runtime.topology import InternalStream, ShardRecord, TypedHandler, shard_handlers
 from testing.memory_kafka import abortable
-from testing.stages import bind, plain_topology, running
+from testing.stages import EchoStage, bind, plain_topology, running
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ class Ticking:
     def store(self) -> StoreSpec:
         return StoreSpec()
 
+    def close(self) -> None:
+        pass
+
     def init(self, context: StageContext) -> Processors:
         context.every(self.interval_s, self.tick)
         context.on_revoked(lambda shards: self.revoked.append(list(shards)))
@@ -158,6 +162,9 @@ class TwoTopics:
     def store(self) -> StoreSpec:
         return StoreSpec()
 
+    def close(self) -> None:
+        pass
+
     def init(self, context: StageContext) -> Processors:
         return Processors(shards={"scatter": lambda m, s: [], "gather": lambda m, s: []})
 
@@ -177,6 +184,9 @@ class Keyed:
 
     def store(self) -> StoreSpec:
         return StoreSpec()
+
+    def close(self) -> None:
+        pass
 
     def init(self, context: StageContext) -> Processors:
         self.output = context.output("out")
@@ -221,3 +231,17 @@ def test_a_stage_that_asks_for_nothing_gets_services_that_do_nothing() -> None:
     services = context.services
     assert services.prepare([]) == 0 and services.ready_for_input() and services.revoked == []
     assert b"k" not in services.routing and services.punctuators.run(None) == []
+
+
+@pytest.mark.parametrize(("lines", "raises"), [([b'{"k": "a"}', b'{"no": "k"}'], None),
+                                                ([b'{"k": "a"}', b'{"k": "boom"}'], ValueError)],
+                         ids=["to-the-end", "a-bug-in-the-stage"])
+def test_offline_the_stage_is_closed_once_however_the_input_ends(lines: list[bytes],
+                                                                 raises: type[Exception] | None) -> None:
+    stage, out = EchoStage(), io.BytesIO()
+    if raises is None:
+        assert run_offline(plain_topology(), stage, MemoryStore(), lines, out) == 1
+    else:
+        with pytest.raises(raises):
+            run_offline(plain_topology(), stage, MemoryStore(), lines, out)
+    assert stage.closes == 1

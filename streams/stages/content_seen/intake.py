@@ -76,6 +76,13 @@ class Intake:
             self._pool = ProcessMap(f"{__name__}:analyze_value", context, self._processes)
         return self._pool
 
+    def close(self) -> None:
+        """Stop the analysis processes, if they started; analyses under way are dropped."""
+        pool, self._pool = self._pool, None
+        self._pending, self._pending_places = None, set()
+        if pool is not None:
+            pool.close()
+
     def prepare(self, messages: Sequence[Message]) -> int:
         """How many of ``messages``, the first ones, to take (see the module docstring); their
         analysis starts in the children."""

@@ -163,6 +163,10 @@ class ContentSeenStage:
             "shards": [*prober.processors(), *gatherer.processors(), On(Decide, decider.decide),
                        On(LastVerdict, last_verdicts.process)]})
 
+    def close(self) -> None:
+        """The analysis processes stop (started again if the stage is given a context again)."""
+        self._intake.close()
+
     def status(self, store: PartitionStore, key: bytes) -> dict[str, Any]:
         """The last verdict of the URL of key ``key`` (:mod:`.last_verdicts`), from the committed
         state of the shard owning it (a worker's ``/status``, another thread: read only)."""

@@ -27,6 +27,9 @@ class FirstSeenStage:
         self._output = context.output("output")
         return Processors(shards={"input": self.process})
 
+    def close(self) -> None:
+        """Nothing of its own to stop."""
+
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key()
         if not key:

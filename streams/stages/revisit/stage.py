@@ -162,6 +162,9 @@ class RevisitStage:
         self.decisions = context.decisions
         return Processors(route=self.route, shards={"shards": self.process})
 
+    def close(self) -> None:
+        """Nothing of its own to stop."""
+
     def route(self, message: Message) -> list[Emit]:
         record = records.decode(RecordKind.FETCHED_PAGE, message.value(),
                                 max_record_bytes=self.max_record_bytes)

@@ -150,6 +150,9 @@ class UrlDedupStage:
                                     lambda: self._shard_count, max(1, self.settings.forget_part_marks))
         return Processors(route=self.route, shards={"shards": self.process})
 
+    def close(self) -> None:
+        """Nothing of its own to stop."""
+
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import multiprocessing
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -124,6 +125,18 @@ def test_analysis_processes_give_the_same_routes() -> None:
     messages.append(LineMessage(TOPICS.fetched_pages, len(pages) + 1, orjson.dumps(text_page)))
     pooled.services.prepare(messages)
     assert [pooled_routes.route(m) for m in messages] == [inline.route(m) for m in messages]
+
+
+def test_closing_the_stage_stops_its_analysis_processes() -> None:
+    stage = ContentSeenStage(ContentSeenSettings(analysis_processes=2))
+    context, _ = bind(stage, TOPOLOGY, 1)
+    before = set(multiprocessing.active_children())
+    context.services.prepare([LineMessage(TOPICS.fetched_pages, number, orjson.dumps(page.record))
+                              for number, page in enumerate(simweb.crawl(seed=6, articles=1))])
+    started = set(multiprocessing.active_children()) - before
+    assert len(started) == 2
+    stage.close()
+    assert not any(child.is_alive() for child in started)
 
 
 def test_analysis_processes_reject_bad_base64_with_the_same_reason() -> None:
