@@ -14,6 +14,10 @@
 2. Development code stays development code: nothing in the package imports ``streams.dev`` (the
    demo and its simulated web) but the command line, for its ``demo`` command.
 
+3. The stage contract holds what stages use: every name ``streams/runtime/api.py`` exports is
+   imported from it by a module of the package outside the runtime (a name nothing uses is a
+   promise nobody asked for, kept up in every later change of the runtime).
+
 Every import counts, at module level or inside a function, found as tools/import_cycles.py finds
 them.
 
@@ -22,6 +26,7 @@ them.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -81,12 +86,32 @@ def dev_users(package: Path) -> list[tuple[str, str]]:
             if (target == DEV or target.startswith(DEV + ".")) and not name.startswith(DEV_USERS)]
 
 
+def unused_contract(package: Path) -> list[str]:
+    """The names ``api.py`` exports (its ``__all__``) that no module outside the runtime imports
+    from it (``from streams.runtime.api import X``, anywhere in the module)."""
+    api_path = package / "runtime" / "api.py"
+    exported: list[str] = []
+    for node in ast.parse(api_path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            exported = list(ast.literal_eval(node.value))
+    imported: set[str] = set()
+    for path in package.rglob("*.py"):
+        if (package / "runtime") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == API:
+                imported.update(alias.name for alias in node.names)
+    return [name for name in exported if name not in imported]
+
+
 def main(argv: list[str]) -> int:
     package = Path(argv[1] if len(argv) > 1 else "streams")
     found = [f"{name} imports {target}: the runtime's own; import it from {' or '.join(surface(name))}"
              for name, target in reaching_in(package)]
     found += [f"{name} imports {target}: development code, for the demo and the tests only"
               for name, target in dev_users(package)]
+    found += [f"{API} exports {name}, which nothing outside the runtime imports: drop it"
+              for name in unused_contract(package)]
     for line in found:
         print(line)
     return 1 if found else 0

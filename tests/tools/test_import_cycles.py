@@ -109,3 +109,21 @@ def test_the_package_uses_the_runtime_through_its_public_modules_only() -> None:
 def test_development_code_is_imported_by_the_demo_command_alone() -> None:
     """streams.dev (the demo, the simulated web) ships in the package but runs nowhere else."""
     assert _tool("import_rules").dev_users(ROOT / "streams") == []
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"stages/a.py": "from streams.runtime.api import Emit, Stage\n"}, []),
+    ({"stages/a.py": "def f():\n    from streams.runtime.api import Emit\n"}, ["Stage"]),
+    ({"runtime/engine.py": "from streams.runtime.api import Emit, Stage\n"}, ["Emit", "Stage"]),
+], ids=["all-used", "one-unused", "used-by-the-runtime-alone"])
+def test_a_contract_name_nothing_imports_is_found(tmp_path: Path, files: dict[str, str],
+                                                  expected: list[str]) -> None:
+    package = tmp_path / "streams"
+    for name, text in {"runtime/api.py": '__all__ = ["Emit", "Stage"]\n', **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert _tool("import_rules").unused_contract(package) == expected
+
+
+def test_every_name_of_the_stage_contract_is_used() -> None:
+    assert _tool("import_rules").unused_contract(ROOT / "streams") == []
