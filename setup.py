@@ -43,7 +43,7 @@ COMPILED = (
     "streams/runtime/engine.py",
     "streams/runtime/outputs.py",
     "streams/runtime/partitioner.py",
-    "streams/runtime/routing.py",
+    "streams/stages/url_dedup/routing_memory.py",
     "streams/stages/url_dedup/bloom.py",
     "streams/stages/url_dedup/bloom_store.py",
     "streams/urls/canonical.py",

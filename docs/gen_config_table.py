@@ -201,8 +201,8 @@ MEANINGS = {
         "false-positive rate of the front filter (`exact`) or the overall target (`bloom`)",
     ("url_dedup", "route_cache_urls"):
         "fingerprints this worker routed recently and answers as repeats at once, without a trip "
-        "through the shard topic (`streams/runtime/routing.py`); about 90 bytes each, so about 90 MB "
-        "at the default; 0 keeps almost none",
+        "through the shard topic (`streams/stages/url_dedup/routing_memory.py`); about 90 bytes each, "
+        "so about 90 MB at the default; 0 keeps almost none",
     ("url_dedup", "forget_after_days"):
         "a URL marked seen longer ago than this is new again at its next sighting (`exact` only; "
         "0: never); URLs can also be let go on demand, `crawl-dedup forget` "

@@ -89,8 +89,8 @@ class Cluster:
         """Deal every partition to a worker again (each worker's stage hears of what it lost)."""
         for worker in self.workers:
             if worker.context is not None:
-                for listener in worker.context.services.revoked:
-                    listener(worker.shards)
+                for listener in worker.context.services.listeners:
+                    listener.revoked(worker.shards)
             worker.inputs, worker.shards, worker.reported = [], [], None
         for partition in range(len(self.input_logs)):
             self.rng.choice(self.workers).inputs.append(partition)
@@ -163,7 +163,10 @@ class Cluster:
         positions = self._positions(worker, routed)
         assert worker.context is not None
         emits += worker.context.services.punctuators.run(positions)
+        listeners = worker.context.services.listeners
         if abort:
+            for listener in listeners:
+                listener.aborted()
             return
         for emit in emits:
             self._deliver(emit)
@@ -175,6 +178,8 @@ class Cluster:
             self.input_done[partition] = offset
         if positions is not None:
             worker.reported = positions
+        for listener in listeners:
+            listener.committed()
 
     def _positions(self, worker: Worker, routed: dict[int, int]) -> InputPositions | None:
         done = {(self.topic, p): routed.get(p, self.input_done[p]) for p in worker.inputs}

@@ -12,13 +12,14 @@ What a stage is made of:
   processor per internal topic or typed record, :class:`On`); :class:`InternalTopic`, one it
   declares, and :class:`Topology`, its topics resolved in one application;
 - :class:`StageContext`: the services (shards, outputs, internal topics as :class:`InternalStream`,
-  routing memory, scheduled callbacks, input preparation, revocation, dead letters, counts);
+  transaction listeners (:class:`TransactionListener`), callbacks last in each transaction, input
+  preparation, dead letters, counts);
 - :class:`StoreSpec`, :class:`StateIdentity`, :func:`rocks_store`: its store, declared; for a
   store of its own, the interface :class:`PartitionStore` (and :class:`Measured`), :class:`RocksStore`
   and :func:`private_dir` (and :func:`disk_errors`, a full disk told as such); how its state moves
   on a reshard: :class:`KeyedMove`, :data:`Placed`;
 - the values its processors handle: :class:`Message`, :class:`Emit`, :class:`BatchState`,
-  :class:`OwnedShards`, :class:`InputPositions`, :class:`InputReader`, :class:`RoutingMemory`;
+  :class:`OwnedShards`, :class:`InputPositions`, :class:`InputReader`;
 - :func:`partition_for` (the shard of a key), :class:`ProcessMap` (work in child processes, one
   :class:`Pending` per submission) and :func:`this_process_cores` (how many cores to spread it
   over).
@@ -38,11 +39,11 @@ from streams.runtime.context import StageContext
 from streams.runtime.cores import this_process_cores
 from streams.runtime.generations import current_topics
 from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.listeners import TransactionListener
 from streams.runtime.message import InputPositions, InputReader, Message
 from streams.runtime.moves import KeyedMove, Placed
 from streams.runtime.parallel import Pending, ProcessMap
 from streams.runtime.partitioner import partition_for
-from streams.runtime.routing import RoutingMemory
 from streams.runtime.stage import Stage
 from streams.runtime.store import Measured, PartitionStore, RocksStore, disk_errors, private_dir
 from streams.runtime.store_spec import StateIdentity, StoreSpec, rocks_store
@@ -52,7 +53,7 @@ from streams.runtime.topology import InternalStream, InternalTopic, On, Processo
 __all__ = [
     "BatchState", "Emit", "InputPositions", "InputReader", "InternalStream", "InternalTopic", "KafkaConfig",
     "KeyedMove", "Measured", "Message", "On", "OwnedShards", "PartitionStore", "Pending", "Placed",
-    "ProcessMap", "Processors", "RocksStore", "RoutingMemory", "Stage", "StageContext", "StateIdentity",
-    "StoreSpec", "TopicSpec", "Topology", "current_topics", "disk_errors", "ensure_topics", "partition_for",
-    "private_dir", "rocks_store", "this_process_cores",
+    "ProcessMap", "Processors", "RocksStore", "Stage", "StageContext", "StateIdentity", "StoreSpec",
+    "TopicSpec", "Topology", "TransactionListener", "current_topics", "disk_errors", "ensure_topics",
+    "partition_for", "private_dir", "rocks_store", "this_process_cores",
 ]

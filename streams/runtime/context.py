@@ -9,26 +9,26 @@ asks it for the services it uses and returns its processors; the stage never lea
 - :meth:`~StageContext.output` and :meth:`~StageContext.internal`: the topics of its named outputs
   and internal topics (the runtime names them);
 - ``input_reader``: an input record read back by position;
-- :meth:`~StageContext.routing_memory`: keys its router routed, kept as long as their transactions
-  commit (:mod:`streams.runtime.routing`);
-- :meth:`~StageContext.each_transaction` and :meth:`~StageContext.every`: callbacks run last in a
-  transaction (:mod:`streams.runtime.schedule`);
+- :meth:`~StageContext.listen`: a :class:`~streams.runtime.listeners.TransactionListener` of its
+  own, told when a transaction commits or aborts, when a record is refused and when shards go
+  elsewhere (the URL stage's memory of what it routed, the page stage's caches);
+- :meth:`~StageContext.each_transaction`: a callback run last in every transaction
+  (:mod:`streams.runtime.schedule`);
 - :meth:`~StageContext.prepare_input`: see each batch's input before routing it, routing as many as
   it has room for (:mod:`streams.runtime.inflow`);
-- :meth:`~StageContext.on_revoked`: told which shards went elsewhere;
 - :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``, ``events``: its own dead letters
   and counts (``events``: what is neither a decision nor a race, the URLs a forget let go...);
 - :meth:`~StageContext.check_outputs`: the outputs of a decision taken outside a record's
   processing (in a per-transaction callback), checked as a record's outputs are.
 
-Every service a stage does not ask for is there anyway, doing nothing (an empty routing memory, no
-callbacks, a flow that routes each batch as it came): the drivers never ask whether a stage uses one.
+Every service a stage does not ask for is there anyway, doing nothing (no listeners, no callbacks, a
+flow that routes each batch as it came): the drivers never ask whether a stage uses one.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
@@ -36,13 +36,12 @@ from typing import Final
 from confluent_kafka import Consumer
 
 from streams import records
-from streams.errors import ConfigError
 from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.counters import Counters
 from streams.runtime.inflow import DirectFlow, Flow, InputFlow, Prepare, settled
+from streams.runtime.listeners import TransactionListener
 from streams.runtime.message import InputReader
-from streams.runtime.routing import RoutingMemory
-from streams.runtime.schedule import EachTransaction, Punctuators, Timed
+from streams.runtime.schedule import EachTransaction, Punctuators
 from streams.runtime.topology import InternalStream, Topology
 
 FlowFactory = Callable[[Consumer, frozenset[str], Counters], Flow]
@@ -61,13 +60,11 @@ def _no_limits(emits: list[Emit]) -> None:
 class Services:
     """What a stage asked for in ``init``; the drivers read it once, after."""
 
-    routing: RoutingMemory = field(default_factory=lambda: RoutingMemory(0))
+    listeners: list[TransactionListener] = field(default_factory=list)
     punctuators: Punctuators = field(default_factory=Punctuators)
     flow: FlowFactory = DirectFlow
     prepare: Prepare = len  # offline: take every record
     ready_for_input: Callable[[], bool] = _ready
-    revoked: list[Callable[[Sequence[int]], None]] = field(default_factory=list)
-    _routing_asked: bool = False
 
 
 class StageContext:
@@ -107,19 +104,13 @@ class StageContext:
 
     # -- services asked for in init --------------------------------------------------------------
 
-    def routing_memory(self, capacity: int) -> RoutingMemory:
-        """A memory of up to ``capacity`` keys the router notes (:meth:`RoutingMemory.note`)."""
-        if self.services._routing_asked:
-            raise ConfigError("a stage has one routing memory")
-        self.services._routing_asked = True
-        self.services.routing = RoutingMemory(capacity)
-        return self.services.routing
+    def listen(self, listener: TransactionListener) -> None:
+        """``listener`` is told of this worker's transactions (after the runtime's own bookkeeping,
+        in the order the listeners were given)."""
+        self.services.listeners.append(listener)
 
     def each_transaction(self, callback: EachTransaction) -> None:
         self.services.punctuators.each_transaction(callback)
-
-    def every(self, interval_s: float, callback: Timed) -> None:
-        self.services.punctuators.every(interval_s, callback)
 
     def prepare_input(self, prepare: Prepare, ready_for_input: Callable[[], bool] = _ready,
                       settle: Callable[[], None] = settled) -> None:
@@ -129,9 +120,6 @@ class StageContext:
         next batch is consumed, :meth:`streams.runtime.inflow.InputFlow.resume_if_ready`)."""
         self.services.prepare, self.services.ready_for_input = prepare, ready_for_input
         self.services.flow = partial(InputFlow, prepare, ready_for_input, settle=settle)
-
-    def on_revoked(self, callback: Callable[[Sequence[int]], None]) -> None:
-        self.services.revoked.append(callback)
 
     # -- records of the stage's own making -------------------------------------------------------
 

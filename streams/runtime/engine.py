@@ -52,6 +52,7 @@ from streams.runtime.counters import Counters, oldest_timestamp_ms
 from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.lifecycle import Lifecycle
+from streams.runtime.listeners import Listeners
 from streams.runtime.outputs import Outputs
 from streams.runtime.restore import ShardOpener, processes_for, restore_cold
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
@@ -176,9 +177,9 @@ class Engine:
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)
         services = context.services
-        self._routing = services.routing
         self._punctuators = services.punctuators
-        self._shards.listeners = services.revoked
+        self._listeners = Listeners([self._shards.identities, *services.listeners])
+        self._shards.listeners = self._listeners
         self._positions = services.punctuators.tracker(self._consumer, self._inputs,
                                                        settings.transaction_timeout_s, self._cut)
         self._flow = services.flow(self._consumer, self._inputs, self.counters)
@@ -345,10 +346,10 @@ class Engine:
         self._backlogs.revoked(partitions)
 
     def _punctuate_idle(self) -> bool:
-        """With no input to process: run the scheduled callbacks in a transaction of their own when
-        input positions moved (a new assignment) or a timed one is due. Whether one committed."""
+        """With no input to process: run the per-transaction callbacks in a transaction of their own
+        when input positions moved (a new assignment). Whether one committed."""
         positions = self._positions.after([])
-        if not self._assigned or (positions is None and not self._punctuators.due()):
+        if not self._assigned or positions is None:
             return False  # not before the first assignment: the producer is initialised there
         states = self._owned.begin()
         self._producer.begin_transaction()
@@ -360,8 +361,7 @@ class Engine:
             return False
         apply(states, changelog_ends)
         self._positions.committed(positions)
-        self._punctuators.committed()
-        self._shards.identities.committed()
+        self._listeners.committed()
         return True
 
     # -- the four steps of a batch -------------------------------------------------------------
@@ -436,9 +436,7 @@ class Engine:
                 return
             apply(states, changelog_ends)
             self._positions.committed(positions)
-            self._punctuators.committed()
-            self._shards.identities.committed()
-            self._routing.committed()
+            self._listeners.committed()
             self.counters.batches += 1
             self.counters.consumed += len(part)
             self.lifecycle.turned()  # a long batch commits in parts: each one is a sign of life
@@ -452,7 +450,7 @@ class Engine:
         """Process ``batch`` from ``start`` until its end or, after at least one record, until
         ``deadline`` (``time.perf_counter``); return the states and how many records were done."""
         states = self._owned.begin()
-        handlers, route, routing = self._handlers, self._route, self._routing
+        handlers, route, listeners = self._handlers, self._route, self._listeners
         done = 0
         for message in batch[start:]:
             if done and time.perf_counter() > deadline:
@@ -469,14 +467,13 @@ class Engine:
                     emits = route(message)
                     if emits:  # most routed URLs are repeats answered at routing: nothing to emit
                         self._outputs.check(emits)
-                    routing.accept_record()  # only once its output is sure to be produced
             except RecordRejected as rejected:
-                routing.refuse_record()
+                listeners.refused()
                 emits = [self._outputs.dead_letter(message, rejected.reason, rejected.detail)]
             except StreamsError:
                 raise  # the worker's configuration or state is wrong: stop, say why
             except Exception as error:  # noqa: BLE001 - a poison record must not stop the stage
-                routing.refuse_record()
+                listeners.refused()
                 log.exception("processing failed at %s[%s]@%s", message.topic(), message.partition(),
                               message.offset())
                 emits = [self._outputs.dead_letter(message, "processing_error", repr(error))]
@@ -490,10 +487,8 @@ class Engine:
         if not kafka_error.txn_requires_abort():
             raise RuntimeFailure(f"transaction failed: {kafka_error}") from error
         log.warning("aborting batch of %d: %s", len(batch), kafka_error)
-        self._shards.identities.aborted()
-        self._routing.aborted()
+        self._listeners.aborted()
         self._backlogs.aborted()
-        self._punctuators.aborted()
         self._commit.abort()
         self.counters.aborted_batches += 1
         cause = self._watch.after_abort(kafka_error)  # aborted already: nothing of the batch committed

@@ -61,5 +61,8 @@ class ShardIdentities:
     def aborted(self) -> None:
         self._pending = set()
 
+    def refused(self) -> None:
+        """Nothing: a refused record's state writes stand, and the shard's first use with them."""
+
     def revoked(self, partitions: Iterable[int]) -> None:
         self._checked.difference_update(partitions)

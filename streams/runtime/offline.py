@@ -15,7 +15,8 @@ transaction of its own:
    positions the line moved (one partition, whose log ends at the line: what a worker that
    routed it would report); what they send is processed too, and the callbacks run again until
    nothing more is sent;
-4. the shard's writes are applied to the store, the routing memory keeps its notes.
+4. the shard's writes are applied to the store, and the listeners hear that the line's transaction
+   committed (:mod:`streams.runtime.listeners`).
 
 Records emitted to the stage's first output are written to stdout, one JSON line each, flushed as
 soon as their line is decided so a simulator can drive the stage one record at a time. A rejected
@@ -42,6 +43,7 @@ from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
+from streams.runtime.listeners import Listeners
 from streams.runtime.message import InputPositions
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
@@ -125,6 +127,7 @@ class OfflineDriver:
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)
         self._services = context.services
+        self._listeners = Listeners([self._identities, *context.services.listeners])
 
     def message(self, number: int, value: bytes, key: bytes | None = None) -> LineMessage:
         """Line ``number`` as a record of the stage's first input topic."""
@@ -168,11 +171,8 @@ class OfflineDriver:
                 if not pending:
                     break
         except RecordRejected:
-            services.routing.aborted()
-            services.punctuators.aborted()
-            self._identities.aborted()
+            self._listeners.aborted()  # the line's transaction: nothing of it stands
             raise
-        services.routing.accept_record()
         wrote = False
         for state in states.values():
             wrote = wrote or bool(state.writes)
@@ -180,9 +180,7 @@ class OfflineDriver:
         self._last_line = message.offset()
         if wrote:  # the state may name this line's offset now: a next run counts on from it
             self._store_line()
-        services.routing.committed()
-        services.punctuators.committed()
-        self._identities.committed()
+        self._listeners.committed()
         return decided
 
     def finish(self) -> None:

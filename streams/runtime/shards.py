@@ -30,6 +30,7 @@ from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.lifecycle import Lifecycle
+from streams.runtime.listeners import Listeners
 from streams.runtime.recovery import RecoveryResult, recover
 from streams.runtime.standby import Standbys
 from streams.runtime.store import PartitionStore, close_all
@@ -69,7 +70,7 @@ class Shards:
         self.stores: dict[int, PartitionStore] = {}
         self.identities = ShardIdentities(identity)
         self.owned = OwnedShards(self.stores, self.identities.first_use)
-        self.listeners: list[Callable[[Sequence[int]], None]] = []  # told of shards revoked
+        self.listeners = Listeners([self.identities])  # told of shards revoked (the engine's)
 
     def assigned(self, partitions: Sequence[TopicPartition]) -> None:
         """Bring the stores of the shards newly assigned up to date, check and own them."""
@@ -128,9 +129,7 @@ class Shards:
         stage hears which went elsewhere."""
         shards = sorted({tp.partition for tp in partitions if tp.topic in self.topics})
         self.owned.generation += 1
-        self.identities.revoked(shards)
-        for listener in self.listeners:
-            listener(shards)
+        self.listeners.revoked(shards)
         for shard in shards:
             store = self.stores.pop(shard, None)
             if store is not None:

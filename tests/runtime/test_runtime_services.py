@@ -4,6 +4,7 @@ scheduled callbacks, revocation, co-partitioned shards, a stage whose input is k
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -22,7 +23,6 @@ from streams.runtime.api import (
 )
 from streams.runtime.batch import OwnedShards
 from streams.runtime.offline import LineMessage, OfflineDriver, run_offline
-from streams.runtime.schedule import Punctuators
 from streams.runtime.store import MemoryStore
 from streams.runtime.topology import InternalStream, ShardRecord, TypedHandler, shard_handlers
 from testing.memory_kafka import abortable
@@ -92,70 +92,50 @@ def test_processors_that_do_not_match_the_declaration_are_refused(handlers: dict
         shard_handlers(topology, Processors(shards=handlers))  # type: ignore[arg-type]
 
 
-class Ticking:
-    """Counts nothing; a timed callback says how often it ran; told of revoked shards."""
+class Listening(EchoStage):
+    """The echo stage with a transaction listener that writes down what it hears."""
 
-    def __init__(self, interval_s: float = 3600.0) -> None:
-        self.interval_s = interval_s
-        self.revoked: list[list[int]] = []
-        self.ticks = 0
-
-    def store(self) -> StoreSpec:
-        return StoreSpec()
-
-    def close(self) -> None:
-        pass
+    def __init__(self) -> None:
+        self.heard: list[str] = []
+        self.gone: list[list[int]] = []
 
     def init(self, context: StageContext) -> Processors:
-        context.every(self.interval_s, self.tick)
-        context.on_revoked(lambda shards: self.revoked.append(list(shards)))
-        return Processors(route=lambda message: [], shards={"shards": lambda message, state: []})
+        context.listen(self)
+        return super().init(context)
 
-    def tick(self) -> list[Emit]:
-        self.ticks += 1
-        return [Emit("out", b"tick %d" % self.ticks, b"t")]
+    def committed(self) -> None:
+        self.heard.append("committed")
 
+    def aborted(self) -> None:
+        self.heard.append("aborted")
 
-def test_timers_run_when_due_and_again_after_an_abort() -> None:
-    clock = [0.0]
-    timers, ran = Punctuators(clock=lambda: clock[0]), []
-    timers.every(10.0, lambda: ran.append(clock[0]) or [Emit("out", b"tick")])
-    assert not timers.due() and timers.run(None) == []
-    clock[0] = 10.0
-    assert timers.due() and len(timers.run(None)) == 1
-    assert not timers.due() and timers.run(None) == []  # once per transaction
-    timers.aborted()
-    assert timers.due() and len(timers.run(None)) == 1  # its emits were aborted: again
-    timers.committed()
-    clock[0] = 19.0
-    assert not timers.due()
-    clock[0] = 20.0
-    assert timers.due() and len(timers.run(None)) == 1
-    assert ran == [10.0, 10.0, 20.0]
+    def refused(self) -> None:
+        self.heard.append("refused")
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        self.gone.append(list(shards))
 
 
-def test_a_timed_callback_runs_in_a_transaction_of_its_own_when_no_input_comes() -> None:
-    stage = Ticking(interval_s=1e-6)  # due at every step
+def test_a_listener_hears_each_commit_abort_and_refused_record_once() -> None:
+    stage = Listening()
     with running(stage, shards=1, input_partitions=1) as (engine, broker, _):
-        assert engine.step() == "report"
+        broker.append("in", 0, None, b'{"k": "a"}')
+        broker.append("in", 0, None, b'{"x": "no k"}')   # a dead letter
+        assert engine.step() == "batch"
+        broker.append("in", 0, None, b'{"k": "b"}')
         broker.fail_at("commit", 1, abortable)
-        assert engine.step() == "idle"  # aborted
-        assert engine.step() == "report"
-    assert [m.value() for m in broker.committed_records("out")] == [b"tick 1", b"tick 3"]
-
-
-def test_timed_callbacks_need_an_interval() -> None:
-    with pytest.raises(ValueError, match="positive interval"):
-        Punctuators().every(0, lambda: [])
+        engine.step()   # aborted
+        engine.step()   # the same record again
+    assert stage.heard == ["refused", "committed", "aborted", "committed"]
 
 
 def test_a_stage_is_told_which_shards_went_elsewhere() -> None:
-    stage = Ticking()
+    stage = Listening()
     with running(stage, shards=2, input_partitions=1) as (engine, broker, _):
         engine.step()
         broker.rebalance()
         engine.step()
-    assert stage.revoked[:1] == [[0, 1]]
+    assert stage.gone[:1] == [[0, 1]]
 
 
 class TwoTopics:
@@ -229,8 +209,8 @@ def test_offline_the_same_services_run_one_line_at_a_time() -> None:
 def test_a_stage_that_asks_for_nothing_gets_services_that_do_nothing() -> None:
     context, _ = bind(Keyed(), plain_topology(internal=(), keyed_input=True), 1, OwnedShards({}))
     services = context.services
-    assert services.prepare([]) == 0 and services.ready_for_input() and services.revoked == []
-    assert b"k" not in services.routing and services.punctuators.run(None) == []
+    assert services.prepare([]) == 0 and services.ready_for_input() and services.listeners == []
+    assert services.punctuators.run(None) == []
 
 
 @pytest.mark.parametrize(("lines", "raises"), [([b'{"k": "a"}', b'{"no": "k"}'], None),

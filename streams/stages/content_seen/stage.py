@@ -60,6 +60,7 @@ from streams.runtime.api import (
     StageContext,
     StateIdentity,
     StoreSpec,
+    TransactionListener,
     rocks_store,
 )
 from streams.stages.content_seen import buckets, cores, last_verdicts
@@ -158,7 +159,7 @@ class ContentSeenStage:
                         self.max_record_bytes, last_verdicts, self.settings.payload_digests)
         context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)
-        context.on_revoked(self.revoked)
+        context.listen(_ShardsGone(self))
         return Processors(route=router.route, shards={
             "shards": [*prober.processors(), *gatherer.processors(), On(Decide, decider.decide),
                        On(LastVerdict, last_verdicts.process)]})
@@ -193,6 +194,17 @@ class ContentSeenStage:
             f"shard {partition} holds content-seen state in layout {old}, this version reads layout "
             f"{buckets.LAYOUT.decode()}: its changelog holds the old layout too, so start a new app_id "
             "(and replay the pages to rebuild the tables)")
+
+
+class _ShardsGone(TransactionListener):
+    """The stage's transaction listener: of the transactions, only shards going elsewhere concern
+    it (:meth:`ContentSeenStage.revoked`); what it keeps per transaction is in its store."""
+
+    def __init__(self, stage: ContentSeenStage) -> None:
+        self._stage = stage
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        self._stage.revoked(shards)
 
 
 def _differences(found: bytes, mine: bytes) -> str:

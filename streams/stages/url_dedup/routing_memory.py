@@ -1,6 +1,7 @@
-"""What a stage's router remembers across transactions: keys it routed, answered from memory later.
+"""What the URL stage's router remembers across transactions: fingerprints it routed, answered from
+memory later.
 
-The URL stage's combiner in front of its shards. Why: most of a frontier is repeats
+The stage's combiner in front of its shards. Why: most of a frontier is repeats
 (bench/results/url.md gives the benchmark's share; more in a real crawl, where every page links its
 site's navigation again). A repeat's only outcome is "seen", yet without a local answer each one
 costs a trip through the shard topic: encoded, produced, fetched back, decided. A worker that has
@@ -20,7 +21,7 @@ per key held (a 16-byte ``bytes`` object and its set slot).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class RecentKeys:
@@ -52,39 +53,43 @@ class RecentKeys:
 class RoutingMemory:
     """Keys a router routed, remembered only as long as what they stand for is certain to commit.
 
-    A router notes the key of a record as it routes it (:meth:`note`). The runtime then takes the
-    notes of that record into the open transaction once it has accepted the record's outputs
-    (:meth:`accept_record`; an output refused as too large becomes a dead letter and its notes are
-    dropped, :meth:`refuse_record`), keeps them (bounded, :class:`RecentKeys`) once the transaction
-    commits, and forgets the transaction's notes when it aborts. So ``key in memory`` is true only
-    for a key whose record is in a committed transaction or in the open one, whose fate a repeat
-    shares: a repeat answered from memory is never the only sighting of a URL that was lost.
+    The router notes the key of a record as it routes it (:meth:`note`, at most one key a record):
+    the key joins the open transaction's. It is the stage's transaction listener
+    (:class:`streams.runtime.api.TransactionListener`): when the runtime refuses the record's
+    outputs (one too large becomes a dead letter), the last key noted is dropped (:meth:`refused`;
+    if that record noted none, an earlier key goes, which costs a trip and nothing else); the open
+    transaction's keys are kept (bounded, :class:`RecentKeys`) once it commits and forgotten when
+    it aborts. So ``key in memory`` is true only for a key whose record is in a committed
+    transaction or in the open one, whose fate a repeat shares: a repeat answered from memory is
+    never the only sighting of a URL that was lost.
     """
 
-    __slots__ = ("_open", "_recent", "_record")
+    __slots__ = ("_last", "_open", "_recent")
 
     def __init__(self, capacity: int) -> None:
         self._recent = RecentKeys(capacity)
-        self._open: set[bytes] = set()  # noted in the open transaction, records accepted
-        self._record: list[bytes] = []  # noted for the record being routed
+        self._open: set[bytes] = set()  # noted in the open transaction
+        self._last: bytes | None = None  # noted last, dropped if its record is refused
 
     def __contains__(self, key: bytes) -> bool:
         return key in self._open or key in self._recent
 
     def note(self, key: bytes) -> None:
-        self._record.append(key)
+        self._open.add(key)
+        self._last = key
 
-    def accept_record(self) -> None:
-        if self._record:
-            self._open.update(self._record)
-            self._record = []
-
-    def refuse_record(self) -> None:
-        self._record = []
+    def refused(self) -> None:
+        if self._last is not None:
+            self._open.discard(self._last)
+            self._last = None
 
     def committed(self) -> None:
         self._recent.update(self._open)
         self._open = set()
+        self._last = None
+
+    def revoked(self, shards: Sequence[int]) -> None:
+        """Nothing: the stage clears the memory itself when its assignment changes."""
 
     def clear(self) -> None:
         """Forget every key, committed or noted in the open transaction: always safe, as a key the
@@ -92,8 +97,8 @@ class RoutingMemory:
         hold (the URL stage when its seen-set lets URLs go: a forget, expiry, another assignment)."""
         self._recent = RecentKeys(self._recent.capacity)
         self._open = set()
-        self._record = []
+        self._last = None
 
     def aborted(self) -> None:
         self._open = set()
-        self._record = []
+        self._last = None

@@ -53,7 +53,6 @@ from streams.runtime.api import (
     PartitionStore,
     Processors,
     RocksStore,
-    RoutingMemory,
     StageContext,
     StateIdentity,
     StoreSpec,
@@ -69,6 +68,7 @@ from streams.stages.url_dedup.forgetting import (
     forgotten_meanwhile,
 )
 from streams.stages.url_dedup.marks import Expiry
+from streams.stages.url_dedup.routing_memory import RoutingMemory
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.urls import canonical
 from streams.urls.canonical import CANONICALIZATION_VERSION
@@ -144,7 +144,8 @@ class UrlDedupStage:
         self._shards_topic = context.internal("shards").topic
         self._new_urls = context.output("new-urls")
         self.decisions, self.events = context.decisions, context.events
-        self._routing = context.routing_memory(max(1, self.settings.route_cache_urls))
+        self._routing = RoutingMemory(max(1, self.settings.route_cache_urls))
+        context.listen(self._routing)
         self._forgetter = Forgetter(self._shards_topic, context.output(REPLIES), context.input_topics[0],
                                     self._routing, self.events, self._now_ms, self._keep_urls,
                                     lambda: self._shard_count, max(1, self.settings.forget_part_marks))

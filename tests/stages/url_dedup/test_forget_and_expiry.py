@@ -54,7 +54,7 @@ class Worker:
         self.owned = OwnedShards(self.stores)
         self.owned.begin()
         self.context, self.processors = bind(self.stage, TOPOLOGY, SHARDS, self.owned)
-        self.memory = self.context.services.routing
+        [self.memory] = self.context.services.listeners
         if part_entries is not None:
             assert self.stage._forgetter is not None
             self.stage._forgetter._part_entries = part_entries
@@ -63,7 +63,6 @@ class Worker:
     def route(self, url: str, crawl: str | None = None) -> list[Emit]:
         record = {"url": url} if crawl is None else {"url": url, "crawl": crawl}
         emits = self.stage.route(LineMessage("t.frontier", self.offset, orjson.dumps(record)))
-        self.memory.accept_record()
         self.offset += 1
         return emits
 
@@ -256,18 +255,16 @@ def test_a_worker_owning_no_shard_keeps_no_routing_memory_and_one_reassigned_cle
     stage = UrlDedupStage(UrlDedupSettings(route_cache_urls=1000))
     owned = OwnedShards({})
     context, _ = bind(stage, TOPOLOGY, SHARDS, owned)
-    memory = context.services.routing
+    [memory] = context.services.listeners
     url = URLS[0]
     for _ in range(2):
         assert len(stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))) == 1
-        memory.accept_record()
         memory.committed()
     other = OwnedShards({1 - partition_for(fingerprint(url), SHARDS): MemoryStore()})
     stage2 = UrlDedupStage(UrlDedupSettings(route_cache_urls=1000))
     context2, _ = bind(stage2, TOPOLOGY, SHARDS, other)
-    memory2 = context2.services.routing
+    [memory2] = context2.services.listeners
     stage2.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
-    memory2.accept_record()
     memory2.committed()
     assert stage2.route(LineMessage("t.frontier", 1, orjson.dumps({"url": url}))) == []  # remembered
     other.generation += 1  # a rebalance

@@ -1,8 +1,8 @@
-"""Answers at routing (``streams/runtime/routing.py``, ``UrlDedupStage.route``): the bounded set's
-guarantees; that a repeat is only ever answered for a URL whose first sighting is certain to reach
-(or to have reached) its shard: routed in a committed transaction or in the same one, never after an
-abort; and that a URL of an owned shard is decided at routing against the same transaction's state
-its shard records are decided against.
+"""Answers at routing (``streams/stages/url_dedup/routing_memory.py``, ``UrlDedupStage.route``): the
+bounded set's guarantees; that a repeat is only ever answered for a URL whose first sighting is
+certain to reach (or to have reached) its shard: routed in a committed transaction or in the same
+one, never after an abort; and that a URL of an owned shard is decided at routing against the same
+transaction's state its shard records are decided against.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from streams.runtime.batch import Emit, OwnedShards
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.offline import LineMessage, OfflineDriver
 from streams.runtime.partitioner import partition_for
-from streams.runtime.routing import RecentKeys
 from streams.runtime.store import MemoryStore
 from streams.stages.url_dedup.marks import scoped_url
+from streams.stages.url_dedup.routing_memory import RecentKeys, RoutingMemory
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
@@ -48,24 +48,26 @@ def test_recent_keys_hold_at_most_capacity_and_remember_the_latest_half(keys: li
 
 
 class Routed:
-    """A URL stage bound as the engine binds it, with the routing memory the engine keeps; by default
-    a worker owning one shard, not ``URL``'s (a worker owning none keeps no routing memory)."""
+    """A URL stage bound as the engine binds it, with its routing memory, its transaction listener;
+    by default a worker owning one shard, not ``URL``'s (a worker owning none keeps no routing
+    memory)."""
 
     def __init__(self, owned: OwnedShards | None = None) -> None:
         self.stage = UrlDedupStage(UrlDedupSettings(route_cache_urls=100))
         if owned is None:
             owned = OwnedShards({(partition_for(fingerprint(URL), SHARDS) + 1) % SHARDS: MemoryStore()})
         context, processors = bind(self.stage, TOPOLOGY, SHARDS, owned)
-        self.memory = context.services.routing
+        [memory] = context.services.listeners
+        assert isinstance(memory, RoutingMemory)
+        self.memory = memory
         self.process = processors.shards["shards"]
 
     def route(self, url: str, accepted: bool = True) -> list[Emit]:
-        """Route one frontier record; ``accepted``: the runtime took its output (as the engine does)."""
+        """Route one frontier record; ``accepted``: the runtime took its output (else it tells the
+        listeners the record was refused, as the engine does)."""
         emits = self.stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
-        if accepted:
-            self.memory.accept_record()
-        else:
-            self.memory.refuse_record()
+        if not accepted:
+            self.memory.refused()
         return emits
 
 
