@@ -68,6 +68,13 @@ def _variant(rng: random.Random, url: str) -> dict[str, object]:
 def frontier(total: int, repeat_share: float = 0.7, hosts: int = 5000, seed: int = 5) -> tuple[
         Iterator[bytes], int]:
     """``total`` frontier records (JSON bytes) and the number of distinct canonical URLs in them."""
+    records, urls = frontier_urls(total, repeat_share, hosts, seed)
+    return records, len(urls)
+
+
+def frontier_urls(total: int, repeat_share: float = 0.7, hosts: int = 5000, seed: int = 5) -> tuple[
+        Iterator[bytes], list[str]]:
+    """:func:`frontier`, with the distinct canonical URLs themselves (the expected output)."""
     rng = random.Random(seed)
     distinct = max(1, int(total * (1 - repeat_share)))
     host_names = _hosts(rng, hosts)
@@ -87,4 +94,4 @@ def frontier(total: int, repeat_share: float = 0.7, hosts: int = 5000, seed: int
             record["depth"] = 1 + index % 5
             yield orjson.dumps(record)
 
-    return records(), distinct
+    return records(), urls
