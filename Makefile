@@ -166,8 +166,28 @@ $(QUIX_STAMP): bench/runtimes/quix-requirements.txt bench/runtimes/quix-constrai
 	$(QUIX_VENV)/bin/python -m pip install -q -c bench/runtimes/quix-constraints.txt -r bench/runtimes/quix-requirements.txt
 	touch $@
 
-bench-runtime: venv jars $(QUIX_STAMP)
-	$(PY) -m bench.runtime_bench --runtimes passthrough,confluent,quix --kill-runtimes confluent,quix --kills 20
+# PyFlink beside ours (decision 0001) in a virtualenv of its own: it pins an old apache-beam and pyarrow.
+FLINK_VENV := .venv-flink
+FLINK_STAMP := $(FLINK_VENV)/.installed
+
+$(FLINK_STAMP): bench/runtimes/flink-requirements.txt bench/runtimes/flink-constraints.txt
+	test -x $(FLINK_VENV)/bin/python || $(PYTHON_BIN) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/python -m pip install -q -c bench/runtimes/flink-constraints.txt -r bench/runtimes/flink-requirements.txt
+	touch $@
+
+# The JVM workers (Kafka Streams, the Java passthrough) and the Flink Kafka connector jar, from Maven
+# Central into ~/.m2 on the first build: offline after that (-o), online only when something is missing.
+JVM_DIR := bench/runtimes/jvm
+JVM_JAR := $(JVM_DIR)/target/runtime-bench.jar
+
+$(JVM_JAR): $(JVM_DIR)/pom.xml $(shell find $(JVM_DIR)/src -type f 2>/dev/null)
+	cd $(JVM_DIR) && { mvn -q -o package 2>/dev/null || mvn -q package; }
+
+RUNTIMES := passthrough,jvm-passthrough,confluent,quix,url-passthrough,url-jvm-passthrough,url-dedup,kstreams,flink
+KILL_RUNTIMES := confluent,quix,url-dedup,kstreams,flink
+
+bench-runtime: venv jars $(QUIX_STAMP) $(FLINK_STAMP) $(JVM_JAR)
+	$(PY) -m bench.runtime_bench --runtimes $(RUNTIMES) --kill-runtimes $(KILL_RUNTIMES) --kills 20
 
 # The URL benchmark compares with a scrapy-redis style dedup: w3lib and redis-py from PyPI, and
 # Debian's redis-server (installed here when missing and running as root).
@@ -234,5 +254,5 @@ kafka-stop: venv
 
 clean:
 	-$(PY) -m streams kafka stop
-	rm -rf $(VENV) $(QUIX_VENV) $(PYWB_VENV) state site .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
+	rm -rf $(VENV) $(QUIX_VENV) $(FLINK_VENV) $(JVM_DIR)/target $(PYWB_VENV) state site .pytest_cache .mypy_cache .ruff_cache build streams/_compiled.py
 	find . -name '*.so' -not -path './.venv/*' -delete
