@@ -157,22 +157,17 @@ reliability: venv jars
 
 bench: bench-runtime bench-url bench-content bench-revisit bench-reshard bench-scrapy bench-warc bench-failover
 
-# quixstreams beside ours (decision 0001) in a virtualenv of its own: it needs an older confluent-kafka.
+# Runtimes measured beside ours (decision 0001), each in a virtualenv of its own: quixstreams needs
+# an older confluent-kafka, PyFlink an old apache-beam and pyarrow. .venv-NAME is made from
+# bench/runtimes/NAME-requirements.txt under NAME-constraints.txt.
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.installed
-
-$(QUIX_STAMP): bench/runtimes/quix-requirements.txt bench/runtimes/quix-constraints.txt
-	test -x $(QUIX_VENV)/bin/python || $(PYTHON_BIN) -m venv $(QUIX_VENV)
-	$(QUIX_VENV)/bin/python -m pip install -q -c bench/runtimes/quix-constraints.txt -r bench/runtimes/quix-requirements.txt
-	touch $@
-
-# PyFlink beside ours (decision 0001) in a virtualenv of its own: it pins an old apache-beam and pyarrow.
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-$(FLINK_STAMP): bench/runtimes/flink-requirements.txt bench/runtimes/flink-constraints.txt
-	test -x $(FLINK_VENV)/bin/python || $(PYTHON_BIN) -m venv $(FLINK_VENV)
-	$(FLINK_VENV)/bin/python -m pip install -q -c bench/runtimes/flink-constraints.txt -r bench/runtimes/flink-requirements.txt
+.venv-%/.installed: bench/runtimes/%-requirements.txt bench/runtimes/%-constraints.txt
+	test -x .venv-$*/bin/python || $(PYTHON_BIN) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q -c bench/runtimes/$*-constraints.txt -r bench/runtimes/$*-requirements.txt
 	touch $@
 
 # The JVM workers (Kafka Streams, the Java passthrough) and the Flink Kafka connector jar, from Maven
