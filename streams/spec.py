@@ -58,6 +58,16 @@ class Command:
 
 
 @dataclass(frozen=True)
+class EventCounter:
+    """A count a stage keeps beside its decisions (``context.events[event]``), exported as the
+    counter ``crawl_dedup_<series>_total`` with ``help``."""
+
+    event: str
+    series: str
+    help: str
+
+
+@dataclass(frozen=True)
 class StageSpec:
     """What the rest of the package needs to know of a stage.
 
@@ -79,7 +89,8 @@ class StageSpec:
     - ``commands``: its extra commands (:class:`Command`); ``offline``: it has ``--offline``.
     - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts;
       ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``);
-      ``events``: its other counts (``forgotten``, ``expired``: :mod:`streams.ops.metrics`).
+      ``events``: its other counts (:class:`EventCounter`: the URL stage's ``forgotten`` and
+      ``expired``), each a counter of :mod:`streams.ops.metrics`.
     - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
       canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
       gives its own settings, loaded when first called (a settings class may import the whole
@@ -98,7 +109,7 @@ class StageSpec:
     keyed_input: bool = False
     decisions: tuple[str, ...] = ()
     race_events: tuple[str, ...] = ()
-    events: tuple[str, ...] = ()
+    events: tuple[EventCounter, ...] = ()
     status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
     settings_class: str | None = None
     settings_section: str | None = None

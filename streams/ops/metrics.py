@@ -76,10 +76,8 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "status_queries": ("Queries of /status (crawl-dedup status): answered, not_owned (the shard is "
                        "elsewhere or still recovering), refused", ("answer",)),
 }
-EVENT_COUNTERS = {  # crawl_dedup_<key>_total, advanced from the stage's events by name
-    "urls_forgotten": ("forgotten", "url-dedup: URLs forget let go (new again at their next sighting)"),
-    "urls_expired": ("expired", "url-dedup: URLs new again because their mark was older than "
-                                "forget_after_days"),
+EVENT_COUNTERS = {  # crawl_dedup_<series>_total, advanced from the stage's events: its spec declares them
+    counter.series: (counter.event, counter.help) for spec in stages.ALL for counter in spec.events
 }
 STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), one series per shard
     "state_bytes": ("crawl_dedup_state_bytes",
@@ -200,10 +198,9 @@ class WorkerMetrics:
             self.counters["race_matches"].labels(self.stage, event)
         if any(spec.name == self.stage and spec.status_key is not None for spec in stages.ALL):
             self.counters["status_queries"].labels(self.stage, "answered")
-        events = {spec.name: spec.events for spec in stages.ALL}.get(self.stage, ())
-        for key, (event, _text) in EVENT_COUNTERS.items():
-            if event in events:
-                self.counters[key].labels(self.stage)
+        own = {spec.name: spec.events for spec in stages.ALL}.get(self.stage, ())
+        for counter in own:
+            self.counters[counter.series].labels(self.stage)
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)
 

@@ -16,10 +16,16 @@ from typing import Any
 from streams import config
 from streams.config import RuntimeSettings
 from streams.runtime.api import Stage
-from streams.spec import Command, StageSpec
+from streams.spec import Command, EventCounter, StageSpec
 from streams.topics import Topics
 
 NAME = "url-dedup"
+EVENTS = (  # the stage's counts beside its decisions, exported as crawl_dedup_<series>_total
+    EventCounter("forgotten", "urls_forgotten",
+                 "url-dedup: URLs forget let go (new again at their next sighting)"),
+    EventCounter("expired", "urls_expired",
+                 "url-dedup: URLs new again because their mark was older than forget_after_days"),
+)
 
 
 def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
@@ -112,7 +118,7 @@ def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[byte
 
 SPEC = StageSpec(
     NAME, "emit each new frontier URL once", inputs=("frontier",), outputs=("new-urls", "url-dedup-replies"),
-    build=_build, metrics_port=9410, decisions=("new", "seen"), events=("forgotten", "expired"),
+    build=_build, metrics_port=9410, decisions=("new", "seen"), events=EVENTS,
     status_key=_status_key,
     settings_class="streams.stages.url_dedup.settings:UrlDedupSettings", settings_section="url_dedup",
     options=_options, overrides=_overrides, state_options=canonicalization_options,
