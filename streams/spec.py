@@ -68,6 +68,17 @@ class EventCounter:
 
 
 @dataclass(frozen=True)
+class LabelledCounter:
+    """A count a stage keeps by label value (``context.counter(series)[value]``), exported as the
+    counter ``crawl_dedup_<series>_total`` labelled ``label``, each of ``values`` at 0 from the start."""
+
+    series: str
+    label: str
+    values: tuple[str, ...]
+    help: str
+
+
+@dataclass(frozen=True)
 class StageSpec:
     """What the rest of the package needs to know of a stage.
 
@@ -88,7 +99,8 @@ class StageSpec:
       they name, by declared name.
     - ``commands``: its extra commands (:class:`Command`); ``offline``: it has ``--offline``.
     - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts;
-      ``race_events``: the racing-copy matches it counts (``crawl_dedup_race_matches_total``);
+      ``labelled``: its counts by label value (:class:`LabelledCounter`: the page stage's racing
+      copies);
       ``events``: its other counts (:class:`EventCounter`: the URL stage's ``forgotten`` and
       ``expired``), each a counter of :mod:`streams.ops.metrics`.
     - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
@@ -108,7 +120,7 @@ class StageSpec:
     internal: tuple[InternalTopic, ...] = (InternalTopic("shards"),)
     keyed_input: bool = False
     decisions: tuple[str, ...] = ()
-    race_events: tuple[str, ...] = ()
+    labelled: tuple[LabelledCounter, ...] = ()
     events: tuple[EventCounter, ...] = ()
     status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
     settings_class: str | None = None

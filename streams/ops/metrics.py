@@ -71,13 +71,14 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "aborted_batches": ("Transactions aborted and retried", ()),
     "recovered_records": ("Changelog records replayed into local state", ()),
     "deferred_records": ("Input records a stage had no room for, paused and consumed again later", ()),
-    "race_matches": ("content-seen: earlier pages a probe met after the later page was probed: in time for "
-                     "its verdict, or late (its verdict stands)", ("event",)),
     "status_queries": ("Queries of /status (crawl-dedup status): answered, not_owned (the shard is "
                        "elsewhere or still recovering), refused", ("answer",)),
 }
 EVENT_COUNTERS = {  # crawl_dedup_<series>_total, advanced from the stage's events: its spec declares them
     counter.series: (counter.event, counter.help) for spec in stages.ALL for counter in spec.events
+}
+LABELLED_COUNTERS = {  # crawl_dedup_<series>_total{<label>}, from the stage's counts: its spec declares them
+    counter.series: counter for spec in stages.ALL for counter in spec.labelled
 }
 STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), one series per shard
     "state_bytes": ("crawl_dedup_state_bytes",
@@ -169,6 +170,8 @@ class WorkerMetrics:
                          for key, (text, extra) in COUNTERS.items()}
         self.counters.update({key: Counter(f"crawl_dedup_{key}", text, ["stage"], registry=r)
                               for key, (_event, text) in EVENT_COUNTERS.items()})
+        self.counters.update({key: Counter(f"crawl_dedup_{key}", each.help, ["stage", each.label], registry=r)
+                              for key, each in LABELLED_COUNTERS.items()})
         self.duplicate_ratio = Gauge("crawl_dedup_duplicate_ratio",
                                      "Duplicate decisions / all decisions since start", ["stage"], registry=r)
         self.batch_seconds = Histogram("crawl_dedup_batch_seconds", "Time to process and commit one batch",
@@ -193,9 +196,9 @@ class WorkerMetrics:
         known = {spec.name: spec.decisions for spec in stages.STAGES}
         for decision in known.get(self.stage, ()):
             self.counters["decisions"].labels(self.stage, decision)
-        races = {spec.name: spec.race_events for spec in stages.ALL}
-        for event in races.get(self.stage, ()):
-            self.counters["race_matches"].labels(self.stage, event)
+        for labelled in {spec.name: spec.labelled for spec in stages.ALL}.get(self.stage, ()):
+            for value in labelled.values:
+                self.counters[labelled.series].labels(self.stage, value)
         if any(spec.name == self.stage and spec.status_key is not None for spec in stages.ALL):
             self.counters["status_queries"].labels(self.stage, "answered")
         own = {spec.name: spec.events for spec in stages.ALL}.get(self.stage, ())
@@ -225,7 +228,9 @@ class WorkerMetrics:
                 age_s = max(time.time() - snapshot.last_batch_oldest_ms / 1000, 0.0)
                 self.record_age.labels(self.stage).observe(age_s)
         self._advance("decisions", snapshot.decisions)
-        self._advance("race_matches", snapshot.race_matches)
+        for series, counts in snapshot.labelled.items():
+            if series in LABELLED_COUNTERS:
+                self._advance(series, counts)
         for key, (event, _text) in EVENT_COUNTERS.items():
             if snapshot.events.get(event):
                 self._advance_one(key, snapshot.events[event])

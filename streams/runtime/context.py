@@ -16,8 +16,10 @@ asks it for the services it uses and returns its processors; the stage never lea
   (:mod:`streams.runtime.schedule`);
 - :meth:`~StageContext.prepare_input`: see each batch's input before routing it, routing as many as
   it has room for (:mod:`streams.runtime.inflow`);
-- :meth:`~StageContext.dead_letter`, ``decisions``, ``race_matches``, ``events``: its own dead letters
-  and counts (``events``: what is neither a decision nor a race, the URLs a forget let go...);
+- :meth:`~StageContext.dead_letter`, ``decisions``, ``events``, :meth:`~StageContext.counter`: its
+  own dead letters and counts (``events``: what is not a decision, the URLs a forget let go...;
+  ``counter(series)``: a count by label value that its spec declares, the page stage's racing
+  copies);
 - :meth:`~StageContext.check_outputs`: the outputs of a decision taken outside a record's
   processing (in a per-transaction callback), checked as a record's outputs are.
 
@@ -71,7 +73,7 @@ class StageContext:
     """The services of one stage in one worker (see the module docstring)."""
 
     __slots__ = ("_check", "_dead_letter_max_value_bytes", "_topology", "decisions", "events",
-                 "input_reader", "input_topics", "owned", "race_matches", "services", "shards")
+                 "input_reader", "input_topics", "labelled", "owned", "services", "shards")
 
     def __init__(self, topology: Topology, shards: int, owned: OwnedShards, input_reader: InputReader,
                  counters: Counters, dead_letter_max_value_bytes: int,
@@ -85,7 +87,7 @@ class StageContext:
         self.input_reader: Final = input_reader
         self.input_topics: Final = topology.input_topics
         self.decisions: Final[Counter[str]] = counters.decisions
-        self.race_matches: Final[Counter[str]] = counters.race_matches
+        self.labelled: Final = counters.labelled
         self.events: Final[Counter[str]] = counters.events
         self._dead_letter_max_value_bytes = dead_letter_max_value_bytes
         self.services: Final = Services()
@@ -103,6 +105,11 @@ class StageContext:
         return InternalStream(declared, topic, self.shards)
 
     # -- services asked for in init --------------------------------------------------------------
+
+    def counter(self, series: str) -> Counter[str]:
+        """The count ``series`` by label value (declared in the stage's spec, which the metrics
+        export: :class:`streams.spec.LabelledCounter`)."""
+        return self.labelled.setdefault(series, Counter())
 
     def listen(self, listener: TransactionListener) -> None:
         """``listener`` is told of this worker's transactions (after the runtime's own bookkeeping,

@@ -35,7 +35,7 @@ class Counters:
     emitted_by_topic: dict[str, int] = field(default_factory=dict)
     dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)  # the stage's, by name (StageContext)
-    race_matches: Counter[str] = field(default_factory=Counter)  # the page stage's racing copies
+    labelled: dict[str, Counter[str]] = field(default_factory=dict)  # a stage's counts by label value
     events: Counter[str] = field(default_factory=Counter)  # a stage's other counts (URLs forgotten...)
     last_batch_s: float = 0.0
     last_batch_oldest_ms: int | None = None  # the earliest record timestamp of the last batch

@@ -60,7 +60,7 @@ class EngineSnapshot:
     emitted_by_topic: Mapping[str, int]
     dead_letters_by_reason: Mapping[str, int]
     decisions: Mapping[str, int]
-    race_matches: Mapping[str, int]
+    labelled: Mapping[str, Mapping[str, int]]  # a stage's counts by label value, by series
     events: Mapping[str, int]
     aborted_batches: int
     recovered_records: int
@@ -74,9 +74,10 @@ class EngineSnapshot:
 def snapshot(engine: Engine) -> EngineSnapshot:
     """``engine``'s totals and stores now; in the engine's thread only (see the module docstring)."""
     counters = engine.counters
+    labelled = {series: dict(counts) for series, counts in counters.labelled.items()}
     return EngineSnapshot(dict(counters.consumed_by_topic), dict(counters.emitted_by_topic),
                           dict(counters.dead_letters_by_reason), dict(counters.decisions),
-                          dict(counters.race_matches), dict(counters.events), counters.aborted_batches,
+                          labelled, dict(counters.events), counters.aborted_batches,
                           counters.recovered_records, counters.deferred_records, counters.batches,
                           counters.last_batch_s, counters.last_batch_oldest_ms, dict(engine.stores))
 

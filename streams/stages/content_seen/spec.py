@@ -11,7 +11,7 @@ from typing import Any
 
 from streams.config import RuntimeSettings
 from streams.runtime.api import InternalTopic, Stage
-from streams.spec import StageSpec
+from streams.spec import LabelledCounter, StageSpec
 
 RECORDS = "streams.stages.content_seen.shard_records"
 
@@ -35,6 +35,9 @@ SPEC = StageSpec(
     "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
     outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
     internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
-    decisions=("unique", "exact", "near", "skipped"), race_events=("in_time", "late"),
+    decisions=("unique", "exact", "near", "skipped"),
+    labelled=(LabelledCounter("race_matches", "event", ("in_time", "late"),
+                              "content-seen: earlier pages a probe met after the later page was probed: in "
+                              "time for its verdict, or late (its verdict stands)"),),
     status_key=_status_key,
     settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")

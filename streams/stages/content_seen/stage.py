@@ -152,8 +152,8 @@ class ContentSeenStage:
         last_verdicts = LastVerdicts(shards, context.owned)
         decider = Decider(context, self._pages, self.max_record_bytes, last_verdicts)
         relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
-        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index, context.race_matches,
-                            decider.decide_covered)
+        gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index,
+                            context.counter("race_matches"), decider.decide_covered)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
         router = Router(context, self._design, self._intake, self._pages, gatherer, prober, relay,
                         self.max_record_bytes, last_verdicts, self.settings.payload_digests)
