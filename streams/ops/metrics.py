@@ -193,17 +193,17 @@ class WorkerMetrics:
         for key, (_text, extra) in COUNTERS.items():
             if not extra:
                 self.counters[key].labels(self.stage)
-        known = {spec.name: spec.decisions for spec in stages.STAGES}
-        for decision in known.get(self.stage, ()):
-            self.counters["decisions"].labels(self.stage, decision)
-        for labelled in {spec.name: spec.labelled for spec in stages.ALL}.get(self.stage, ()):
-            for value in labelled.values:
-                self.counters[labelled.series].labels(self.stage, value)
-        if any(spec.name == self.stage and spec.status_key is not None for spec in stages.ALL):
-            self.counters["status_queries"].labels(self.stage, "answered")
-        own = {spec.name: spec.events for spec in stages.ALL}.get(self.stage, ())
-        for counter in own:
-            self.counters[counter.series].labels(self.stage)
+        own = next((spec for spec in stages.ALL if spec.name == self.stage), None)
+        if own is not None:
+            for decision in own.decisions if own.pipeline else ():
+                self.counters["decisions"].labels(self.stage, decision)
+            for labelled in own.labelled:
+                for value in labelled.values:
+                    self.counters[labelled.series].labels(self.stage, value)
+            if own.status_key is not None:
+                self.counters["status_queries"].labels(self.stage, "answered")
+            for counter in own.events:
+                self.counters[counter.series].labels(self.stage)
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)
 

@@ -72,8 +72,8 @@ class Services:
 class StageContext:
     """The services of one stage in one worker (see the module docstring)."""
 
-    __slots__ = ("_check", "_dead_letter_max_value_bytes", "_topology", "decisions", "events",
-                 "input_reader", "input_topics", "labelled", "owned", "services", "shards")
+    __slots__ = ("_check", "_dead_letter_max_value_bytes", "_labelled", "_topology", "decisions", "events",
+                 "input_reader", "input_topics", "owned", "services", "shards")
 
     def __init__(self, topology: Topology, shards: int, owned: OwnedShards, input_reader: InputReader,
                  counters: Counters, dead_letter_max_value_bytes: int,
@@ -87,7 +87,7 @@ class StageContext:
         self.input_reader: Final = input_reader
         self.input_topics: Final = topology.input_topics
         self.decisions: Final[Counter[str]] = counters.decisions
-        self.labelled: Final = counters.labelled
+        self._labelled = counters.labelled
         self.events: Final[Counter[str]] = counters.events
         self._dead_letter_max_value_bytes = dead_letter_max_value_bytes
         self.services: Final = Services()
@@ -109,7 +109,7 @@ class StageContext:
     def counter(self, series: str) -> Counter[str]:
         """The count ``series`` by label value (declared in the stage's spec, which the metrics
         export: :class:`streams.spec.LabelledCounter`)."""
-        return self.labelled.setdefault(series, Counter())
+        return self._labelled.setdefault(series, Counter())
 
     def listen(self, listener: TransactionListener) -> None:
         """``listener`` is told of this worker's transactions (after the runtime's own bookkeeping,

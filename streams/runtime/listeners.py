@@ -1,9 +1,9 @@
 """Transaction listeners: what hears of a transaction's end, of a refused record and of shards gone.
 
-Services that keep something per transaction (the scheduled callbacks' timers, the shards' first
-uses, a stage's own memory of what it routed) must let it go when the transaction aborts and keep
-it when it commits. Each driver used to call each of them by hand, in its own order, and a stage's
-memory was a runtime service that only the URL stage used. Now each is a
+Services that keep something per transaction (the shards' first uses, a stage's own memory of
+what it routed) must let it go when the transaction aborts and keep it when it commits. Each
+driver used to call each of them by hand, in its own order, and a stage's memory was a runtime
+service that only the URL stage used. Now each is a
 :class:`TransactionListener`, a stage registers its own in ``init``
 (:meth:`streams.runtime.context.StageContext.listen`), and a driver (the engine, ``--offline``)
 tells them all, once, through :class:`Listeners`: after the transaction committed and its state was
