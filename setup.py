@@ -41,6 +41,7 @@ COMPILED = (
     "streams/runtime/commit.py",
     "streams/runtime/counters.py",
     "streams/runtime/engine.py",
+    "streams/runtime/local_path.py",
     "streams/runtime/outputs.py",
     "streams/runtime/partitioner.py",
     "streams/stages/url_dedup/routing_memory.py",

@@ -18,11 +18,12 @@ from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters
 from streams.runtime.engine import Engine
 from streams.runtime.kafka_io import KafkaConfig
+from streams.runtime.local_path import LocalPath
 from streams.runtime.message import InputReader, Message, Unreadable
 from streams.runtime.stage import Stage
 from streams.runtime.store import MemoryStore
 from streams.runtime.store_spec import StoreSpec
-from streams.runtime.topology import InternalTopic, Processors, Topology
+from streams.runtime.topology import InternalTopic, Processors, Topology, shard_handlers
 from testing.memory_kafka import MemoryKafka
 
 
@@ -59,9 +60,11 @@ class EchoStage:
 
 
 def plain_topology(inputs: Sequence[str] = ("in",), outputs: Sequence[str] = ("out",),
-                   internal: Sequence[InternalTopic] = (InternalTopic("shards"),), stage: str = "echo",
-                   keyed_input: bool = False) -> Topology:
-    """A stage's topics named as it declares them, with a ``changelog``, a ``dlq`` and a group ``g``."""
+                   internal: Sequence[InternalTopic] = (InternalTopic("shards", local=False),),
+                   stage: str = "echo", keyed_input: bool = False) -> Topology:
+    """A stage's topics named as it declares them, with a ``changelog``, a ``dlq`` and a group ``g``.
+    Its internal topic has no local path by default: the engine's tests follow records through
+    the topic (``tests/runtime/test_local_path.py`` the local path)."""
     return Topology(stage, tuple((name, name) for name in inputs), tuple((name, name) for name in outputs),
                     tuple((each, each.name) for each in internal), "changelog", "dlq", "g", keyed_input)
 
@@ -73,6 +76,13 @@ def bind(stage: Stage, topology: Topology, shards: int, owned: OwnedShards | Non
     context = StageContext(topology, shards, owned if owned is not None else OwnedShards({}),
                            reader or Unreadable(), Counters(), 512 * 1024)
     return context, stage.init(context)
+
+
+def local_path(topology: Topology, context: StageContext, processors: Processors) -> LocalPath:
+    """The engine's local path for a stage :func:`bind` bound: its records for the owned, settled
+    shards decided at once (a refusal raised, not made a dead letter)."""
+    handlers = shard_handlers(topology, processors)
+    return LocalPath(handlers, topology.local_topics, context.shards, context.owned)
 
 
 def create_topics(broker: MemoryKafka, topology: Topology, shards: int, input_partitions: int) -> None:

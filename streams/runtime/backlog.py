@@ -1,11 +1,11 @@
-"""When a shard taken by this worker may be decided at routing: once its backlog is decided.
+"""When records for a shard taken by this worker may be decided at once: once its backlog is decided.
 
-A stage's router may decide a record of a shard this worker owns in the open transaction, without
-the trip through the shard topic (the URL stage does, :meth:`OwnedShards.settled
+The runtime decides a record for a shard this worker owns in the open transaction, without the
+trip through the shard topic (:mod:`streams.runtime.local_path`, through :meth:`OwnedShards.settled
 <streams.runtime.batch.OwnedShards.settled>`). A shard just taken (at start, from a worker that
 left or was lost, in a reshard) may still have records in its shard topic that were routed to it
 before: by its last owner's router, from the very input partitions this worker now reads. Deciding a
-later sighting of a URL at routing before the earlier one waiting in the shard topic would emit the
+later sighting of a URL at once before the earlier one waiting in the shard topic would emit the
 later spelling instead of the first (seen in the standby SIGKILL test: both sightings emitted once,
 but the second's record, where offline emits the first's).
 

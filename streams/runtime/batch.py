@@ -77,9 +77,8 @@ class OwnedShards:
 
     The engine keeps one, over its live map of owned stores, and starts it afresh for each
     transaction (:meth:`begin`); the shard records of a batch are decided against its
-    :meth:`state`, and so may a stage's router decide a record of an owned shard (the URL stage
-    decides a URL's first sighting there without the trip through the shard topic): both see the
-    same writes, which commit or abort together. Ownership changes only between batches (a
+    :meth:`state`, and so are records sent to an owned shard in the same transaction
+    (:mod:`streams.runtime.local_path`): both see the same writes, which commit or abort together. Ownership changes only between batches (a
     rebalance runs inside the consumer's poll, never during a transaction). ``first_use`` is called
     with each shard's state when a transaction first reads it (the runtime checks the shard's
     identity there, :class:`streams.runtime.identity.ShardIdentities`).
@@ -123,7 +122,7 @@ class OwnedShards:
         return state
 
     def settled(self, partition: int) -> BatchState | None:
-        """Shard ``partition`` for a router to decide a record of in place: None when it is not owned
+        """Shard ``partition`` for the local path to decide a record of at once: None when it is not owned
         here, or when records routed to it before this worker took it wait in its shard topic (the
         record goes there too, after them, so sightings are decided in the order they came)."""
         if partition in self.pending:

@@ -9,7 +9,8 @@ steps, and only the last touches local state:
    than per-message ``poll`` from Python), read_committed.
 2. ``_process_until`` each record inside an open transaction: records of input topics are routed
    by the stage's ``route`` step, records of its internal topics decided by their processors
-   against :class:`BatchState` (store + in-memory writes of this batch); a bad record becomes a
+   against :class:`BatchState` (store + in-memory writes of this batch), and so is, at once, a
+   record sent to a shard this worker owns (:mod:`streams.runtime.local_path`); a bad record becomes a
    dead letter in the same transaction, and so does a record whose output would exceed its topic's
    size limit (``output_too_large``; :mod:`streams.runtime.outputs`). The stage's scheduled
    callbacks run last (:mod:`streams.runtime.schedule`).
@@ -44,7 +45,7 @@ from streams.config import RuntimeSettings
 from streams.errors import RecordRejected, RuntimeFailure, StreamsError
 from streams.runtime.access import NO_WATCH, Watch, fenced
 from streams.runtime.backlog import Backlogs
-from streams.runtime.batch import BatchState
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.clients import CONFLUENT, KafkaClients, worker_consumer
 from streams.runtime.commit import Commit, apply
 from streams.runtime.context import StageContext
@@ -53,6 +54,7 @@ from streams.runtime.drain import DRAIN_SESSION_TIMEOUT_MS, Cut, NoCut
 from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.listeners import Listeners
+from streams.runtime.local_path import LocalPath, LocalRecord
 from streams.runtime.outputs import Outputs
 from streams.runtime.restore import ShardOpener, processes_for, restore_cold
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
@@ -176,6 +178,8 @@ class Engine:
         processors = stage.init(context)
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)
+        self._local = LocalPath(self._handlers, topology.local_topics, settings.shards, self._owned,
+                                self._refuse_local, self._outputs.check)
         services = context.services
         self._punctuators = services.punctuators
         self._listeners = Listeners([self._shards.identities, *services.listeners])
@@ -451,6 +455,7 @@ class Engine:
         ``deadline`` (``time.perf_counter``); return the states and how many records were done."""
         states = self._owned.begin()
         handlers, route, listeners = self._handlers, self._route, self._listeners
+        local = self._local if self._local.active else None
         done = 0
         for message in batch[start:]:
             if done and time.perf_counter() > deadline:
@@ -462,11 +467,12 @@ class Engine:
                     state = self._owned.state(message.partition() or 0)
                     assert state is not None  # _consume dropped records of shards not owned
                     emits = handlers[topic](message, state)
-                    self._outputs.check(emits)
                 else:
                     emits = route(message)
-                    if emits:  # most routed URLs are repeats answered at routing: nothing to emit
-                        self._outputs.check(emits)
+                if emits:  # most routed URLs are repeats answered at routing: nothing to emit
+                    self._outputs.check(emits)
+                    if local is not None:
+                        emits = local.run(emits, message)
             except RecordRejected as rejected:
                 listeners.refused()
                 emits = [self._outputs.dead_letter(message, rejected.reason, rejected.detail)]
@@ -480,6 +486,17 @@ class Engine:
             if emits:
                 self._commit.produce(emits)
         return states, done
+
+    def _refuse_local(self, record: LocalRecord, error: Exception) -> Emit:
+        """A record its processor refused on the local path: its own dead letter, as through its
+        topic (:mod:`streams.runtime.local_path`); the input record that caused it is named."""
+        listeners, origin = self._listeners, record.origin
+        listeners.refused()
+        where = f"decided at once for {origin.topic()}[{origin.partition()}]@{origin.offset()}"
+        if isinstance(error, RecordRejected):
+            return self._outputs.dead_letter(record, error.reason, f"{error.detail} ({where})")
+        log.error("processing failed on the local path, %s", where, exc_info=error)
+        return self._outputs.dead_letter(record, "processing_error", f"{error!r} ({where})")
 
     def _abort(self, batch: list[Message], error: KafkaException) -> None:
         """An abortable error: drop the batch's state, abort, rewind to the batch's first offsets."""

@@ -44,6 +44,7 @@ from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
 from streams.runtime.listeners import Listeners
+from streams.runtime.local_path import LocalPath
 from streams.runtime.message import InputPositions
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
@@ -125,7 +126,9 @@ class OfflineDriver:
         processors = stage.init(context)
         self._stage = stage
         self._route = processors.route
-        self._handlers = shard_handlers(topology, processors)
+        # Every internal topic is the local path here: there is no topic, and every shard is owned.
+        self._local = LocalPath(shard_handlers(topology, processors), frozenset(topology.shard_topics), 1,
+                                self.owned, settled_only=False)
         self._services = context.services
         self._listeners = Listeners([self._identities, *context.services.listeners])
 
@@ -146,30 +149,17 @@ class OfflineDriver:
         """One line's transaction: what it emits beyond the internal topics, in order. Raises
         RecordRejected, with the store and the memory as they were, for a line that is refused.
         ``prepared``: :meth:`prepare` took it already (else it is prepared alone, here)."""
-        services, handlers = self._services, self._handlers
+        services, local = self._services, self._local
         states = self.owned.begin()
         self._reader.line = message
-        decided: list[Emit] = []
         try:
             if not prepared:
                 services.prepare([message])
-            pending = deque(self._route(message))
+            decided = local.run(self._route(message), message)
             positions: InputPositions | None = self._positions(message)
-            while True:
-                while pending:
-                    emit = pending.popleft()
-                    if emit.topic not in handlers:
-                        decided.append(emit)
-                        continue
-                    state = self.owned.state(SHARD)
-                    assert state is not None
-                    shard_message = LineMessage(emit.topic, message.offset(), emit.value or b"", emit.key,
-                                                SHARD)
-                    pending.extend(handlers[emit.topic](shard_message, state))
-                pending.extend(services.punctuators.run(positions))
+            while sent := services.punctuators.run(positions):
+                decided.extend(local.run(sent, message))
                 positions = None  # reported: the callbacks run again only for what they sent
-                if not pending:
-                    break
         except RecordRejected:
             self._listeners.aborted()  # the line's transaction: nothing of it stands
             raise

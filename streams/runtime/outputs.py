@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from typing import Final
 
 import orjson
-from confluent_kafka import Message
 
 from streams import records
 from streams.errors import RecordRejected
 from streams.runtime.batch import Emit
 from streams.runtime.counters import Counters
 from streams.runtime.kafka_io import CLIENT_MAX_MESSAGE_BYTES, RECORD_OVERHEAD
+from streams.runtime.message import Message
 
 
 class Outputs:

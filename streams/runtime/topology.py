@@ -52,10 +52,17 @@ class ShardRecord(Protocol):
 class InternalTopic:
     """An internal topic a stage declares: its name (``shards``, ``probes``...) and what it carries:
     raw values when ``records`` is empty, else these typed records by tag (0 to 255), or the
-    ``"module:NAME"`` of such a mapping (imported when the stage runs, not when it is declared)."""
+    ``"module:NAME"`` of such a mapping (imported when the stage runs, not when it is declared).
+
+    ``local``: a record for a shard this worker owns is decided at once by the same processor, in
+    the open transaction, instead of through the topic (:mod:`streams.runtime.local_path`). False
+    sends every record through the topic: for a stage whose decisions need more than each
+    worker's records in the order it sent them (the page stage, whose horizons keep a path of its
+    own, :mod:`streams.stages.content_seen.local`)."""
 
     name: str
     records: Mapping[int, type[ShardRecord]] | str = field(default_factory=dict, hash=False)
+    local: bool = True
 
     def tagged(self) -> Mapping[int, type[ShardRecord]]:
         """Its record types by tag; refuses a tag that is not a byte, or a type tagged twice."""
@@ -145,6 +152,11 @@ class Topology:
     @property
     def shard_topics(self) -> list[str]:
         return [topic for _, topic in self.shard_sources()]
+
+    @property
+    def local_topics(self) -> frozenset[str]:
+        """The shard topics with a local path (:attr:`InternalTopic.local`)."""
+        return frozenset(topic for declared, topic in self.shard_sources() if declared.local)
 
     def internal_topic(self, name: str) -> InternalTopic:
         for each, _ in self.shard_sources():

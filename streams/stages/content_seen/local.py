@@ -3,8 +3,9 @@
 The shard topic only carries a record to the worker that owns its shard. When that is this worker
 (one worker owns every shard), the trip (encode, produce, commit, fetch back, decode: several
 transactions of hops per page, :mod:`streams.stages.content_seen.stage`) decides nothing a direct
-call could not, as the URL stage found for its URLs (``_decide_at_routing`` in
-:mod:`streams.stages.url_dedup.stage`). So, against the owned shard's state as the open transaction
+call could not, as the URL stage found for its URLs (now the runtime's local path,
+:mod:`streams.runtime.local_path`, which the page stage's ``shards`` topic does not take yet: its
+horizons need the vouching below). So, against the owned shard's state as the open transaction
 sees it (:class:`~streams.runtime.api.OwnedShards`, the state its shard records are processed
 against, so the writes commit or abort with the batch and the same group generation fences them):
 

@@ -34,7 +34,7 @@ def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[byte
 SPEC = StageSpec(
     "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
     outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
-    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS"),),
+    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=False),),
     decisions=("unique", "exact", "near", "skipped"),
     labelled=(LabelledCounter("race_matches", "event", ("in_time", "late"),
                               "content-seen: earlier pages a probe met after the later page was probed: in "

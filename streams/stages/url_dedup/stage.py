@@ -5,10 +5,12 @@ route (any frontier partition): decode and validate the record, resolve the URL 
 ``aggressive``), fingerprint it (128-bit mmh3; a record of a named ``crawl``: of the name and the
 URL, so each named crawl has a seen-set of its own in the same state) and send it to the stage's
 shard topic keyed by the fingerprint. A bad record or URL becomes a dead letter with the reason.
-Two kinds of URL need no trip through the shard topic: a fingerprint this worker routed or decided
-before (a bounded set, :mod:`streams.runtime.routing`) is a repeat, and a URL of a shard this
-worker owns is decided here, in the open transaction, exactly as the shard would (see
-``_decide_at_routing``).
+A fingerprint this worker routed before (a bounded set, :mod:`.routing_memory`) is a repeat, and
+goes nowhere; a URL of a shard this worker owns is decided by ``process`` in the open transaction,
+without the trip through the shard topic (the runtime's local path,
+:mod:`streams.runtime.local_path`). A sighting of the same URL that another worker routed to the
+shard topic is decided there later and finds this one: the URL is emitted once, by whichever
+sighting the owner decides first.
 
 process (shard *i*): look the fingerprint up in shard *i*'s seen-set; the first sighting is
 recorded (a *mark*: the URL itself, so the set can be re-fingerprinted when canonicalization
@@ -139,7 +141,7 @@ class UrlDedupStage:
                          layout=UrlDedupMove)
 
     def init(self, context: StageContext) -> Processors:
-        """The shards it owns (a URL of one is decided at routing) and a memory of routed fingerprints."""
+        """Its topics, and a memory of routed fingerprints (kept while it owns a shard)."""
         self._owned, self._shard_count = context.owned, context.shards
         self._shards_topic = context.internal("shards").topic
         self._new_urls = context.output("new-urls")
@@ -163,41 +165,13 @@ class UrlDedupStage:
         url = canonical.canonicalize(record["url"], self._canonical, base=source or None)
         crawl: str = record.get("crawl") or ""
         key = canonical.fingerprint(url, crawl)
-        if key in self._routing and self._memory_holds():  # see _decide_at_routing
+        if key in self._routing and self._memory_holds():
             self.decisions["seen"] += 1
             return []
-        shard = partition_for(key, self._shard_count)
-        state = self._owned.settled(shard)
-        if state is not None:
-            return self._decide_at_routing(state, key, url, crawl, record)
         self._note(key)
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
         value = self._new_url_record(record, url, key, canonical.host_of(url))
-        return [Emit(self._shards_topic, value, key, shard)]
-
-    def _decide_at_routing(self, state: BatchState, key: bytes, url: str, crawl: str,
-                           record: dict[str, Any]) -> list[Emit]:
-        """Decide a URL whose shard this worker owns, as the shard would, in the open transaction.
-
-        The shard topic only carries a URL to the worker that owns its shard; when that is this
-        worker, the trip (encode, produce, fetch back, decide: most of the stage's Kafka work) adds
-        nothing. The decision is taken against the shard's state as the open transaction sees it,
-        the state its shard records are decided against, so its write, its changelog record and
-        its output commit or abort with the batch, as a shard record's would, and the group
-        generation that fences a shard record's transaction fences this one. A sighting of the same
-        URL that another worker routed to the shard topic is decided there later and finds this
-        one: the URL is emitted once, by whichever sighting the owner decides first.
-
-        A fingerprint decided here, or routed to the shard topic, is noted in the runtime's routing
-        memory, which keeps it once the transaction commits (and forgets it on an abort): a later
-        sighting is answered from memory, before the shard's Bloom filter and store.
-        """
-        if self._is_seen(state, key):
-            return []
-        self._record_new(state, key, canonical.scoped(url, crawl))
-        self._note(key)
-        host = canonical.host_of(url)
-        return [Emit(self._new_urls, self._new_url_record(record, url, key, host), host.encode())]
+        return [Emit(self._shards_topic, value, key, partition_for(key, self._shard_count))]
 
     def _memory_holds(self) -> bool:
         """Whether the routing memory's answer stands, now that it has a key: not after a change of

@@ -27,7 +27,7 @@ from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint, scoped
-from testing.stages import bind
+from testing.stages import bind, local_path
 
 SHARDS = 2
 TOPOLOGY = SPEC.topology(Topics("t."), "app")
@@ -54,6 +54,7 @@ class Worker:
         self.owned = OwnedShards(self.stores)
         self.owned.begin()
         self.context, self.processors = bind(self.stage, TOPOLOGY, SHARDS, self.owned)
+        self.local = local_path(TOPOLOGY, self.context, self.processors)
         [self.memory] = self.context.services.listeners
         if part_entries is not None:
             assert self.stage._forgetter is not None
@@ -62,7 +63,8 @@ class Worker:
 
     def route(self, url: str, crawl: str | None = None) -> list[Emit]:
         record = {"url": url} if crawl is None else {"url": url, "crawl": crawl}
-        emits = self.stage.route(LineMessage("t.frontier", self.offset, orjson.dumps(record)))
+        message = LineMessage("t.frontier", self.offset, orjson.dumps(record))
+        emits = self.local.run(self.stage.route(message), message)  # every shard owned: decided at once
         self.offset += 1
         return emits
 

@@ -26,7 +26,7 @@ from streams.stages.url_dedup.spec import SPEC
 from streams.stages.url_dedup.stage import VERSION_KEY, UrlDedupStage
 from streams.topics import Topics
 from streams.urls.canonical import fingerprint
-from testing.stages import bind, running
+from testing.stages import bind, local_path, running
 
 SHARDS = 4
 TOPOLOGY = SPEC.topology(Topics("t."), "app")
@@ -61,11 +61,14 @@ class Routed:
         assert isinstance(memory, RoutingMemory)
         self.memory = memory
         self.process = processors.shards["shards"]
+        self.local = local_path(TOPOLOGY, context, processors)
 
     def route(self, url: str, accepted: bool = True) -> list[Emit]:
-        """Route one frontier record; ``accepted``: the runtime took its output (else it tells the
-        listeners the record was refused, as the engine does)."""
-        emits = self.stage.route(LineMessage("t.frontier", 0, orjson.dumps({"url": url})))
+        """Route one frontier record, a record of an owned shard decided at once as the engine does;
+        ``accepted``: the runtime took its output (else it tells the listeners the record was
+        refused, as the engine does)."""
+        message = LineMessage("t.frontier", 0, orjson.dumps({"url": url}))
+        emits = self.local.run(self.stage.route(message), message)
         if not accepted:
             self.memory.refused()
         return emits

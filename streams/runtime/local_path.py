@@ -1,0 +1,161 @@
+"""The local path: a record for a shard this worker owns is decided at once, not sent through its topic.
+
+An internal topic only carries a record to the worker that owns its shard. When that is this
+worker, the trip (encode, produce, commit, fetch back, decode, and a transaction more before the
+record's outputs are visible) decides nothing a direct call could not. So each record a stage's
+processor emits to one of its internal topics (one that allows it, :attr:`InternalTopic.local
+<streams.runtime.topology.InternalTopic.local>`) goes, when its shard is owned here and settled,
+to the processor of that topic at once, in the open transaction, against the shard's state as
+that transaction sees it (:class:`~streams.runtime.batch.OwnedShards`): the state its records from
+the topic are decided against, so the writes and outputs commit or abort with the batch, and the
+group generation that fences a topic record's transaction fences this one. What that processor
+emits goes the same way, records before the records they caused (first in, first out), so a shard
+sees one worker's records in the order they were sent, as through the topic. The same processors
+decide a record read from the topic and one decided here: a stage has one entry point per
+processor, and never asks which shards it owns.
+
+*Settled* (:mod:`streams.runtime.backlog`): a shard just taken may still hold records in its topic
+that were routed to it before; until they are decided its records go through the topic too, after
+them. A sighting routed by another worker is decided when its record arrives, and finds what was
+decided here: the first one decided wins, as through the topic.
+
+The offline driver (:mod:`streams.runtime.offline`) owns the one shard there is, and every internal
+topic is its local path: there is no topic. A record refused on the local path is a dead letter
+of its own (the engine: offset -1, it was never written; the input record that caused it names it
+in the detail) and the rest of the record's outputs stand, as they would through the topic; offline
+the line is refused whole, as before.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from streams.errors import RecordRejected, StreamsError
+from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.message import Message
+from streams.runtime.partitioner import partition_for
+
+ShardHandler = Callable[[Message, BatchState], list[Emit]]
+Refuse = Callable[["LocalRecord", Exception], Emit]  # a local record refused: its dead letter
+Check = Callable[[list[Emit]], None]  # a record's outputs against their topics' limits
+
+NOT_WRITTEN: Final = -1  # the offset of a record decided on the local path: it has none
+
+
+class LocalRecord:
+    """A record decided on the local path, as its processor reads it: the topic, shard, key and value
+    it was sent with; the time of the record that caused it (its offset has none: -1)."""
+
+    __slots__ = ("_key", "_origin", "_partition", "_topic", "_value")
+
+    def __init__(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                 origin: Message) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._key = key
+        self._value = value
+        self._origin = origin
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return NOT_WRITTEN
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._origin.timestamp()
+
+    @property
+    def origin(self) -> Message:
+        """The input (or topic) record whose processing sent it."""
+        return self._origin
+
+
+def _nothing_to_check(emits: list[Emit]) -> None:
+    """Offline: no topic limits (the driver writes lines, not records)."""
+
+
+class LocalPath:
+    """Decides the records for owned, settled shards of the local topics (see the module docstring).
+
+    ``handlers``: each internal topic's processor, by topic; ``local``: the topics whose records
+    may be decided here; ``shards``: the shard count (a record's shard, when it names none, is its
+    key's, :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
+    local record its processor refused (None: the refusal is raised to the caller, offline).
+    ``settled_only``: wait for a shard's backlog (the engine; offline there is none)."""
+
+    __slots__ = ("_check", "_handlers", "_local", "_owned", "_refuse", "_settled_only", "_shards")
+
+    def __init__(self, handlers: Mapping[str, ShardHandler], local: frozenset[str], shards: int,
+                 owned: OwnedShards, refuse: Refuse | None = None, check: Check = _nothing_to_check,
+                 settled_only: bool = True) -> None:
+        self._handlers: Final = {topic: handler for topic, handler in handlers.items() if topic in local}
+        self._local: Final = frozenset(self._handlers)
+        self._shards: Final = shards
+        self._owned: Final = owned
+        self._refuse: Final = refuse
+        self._check: Final = check
+        self._settled_only: Final = settled_only
+
+    @property
+    def active(self) -> bool:
+        """Whether any topic has a local path (else :meth:`run` is never worth calling)."""
+        return bool(self._local)
+
+    def run(self, emits: list[Emit], origin: Message) -> list[Emit]:
+        """``emits`` (a record's, checked already), with every record for an owned, settled shard of
+        a local topic decided here, and what those decided emit in turn: what is left to produce,
+        in order."""
+        local = self._local
+        for emit in emits:
+            if emit.topic in local:
+                break
+        else:
+            return emits
+        pending = deque(emits)
+        out: list[Emit] = []
+        while pending:
+            emit = pending.popleft()
+            state = self._shard_state(emit) if emit.topic in local else None
+            if state is None:
+                out.append(emit)
+                continue
+            record = LocalRecord(emit.topic, self._shard_of(emit), emit.key, emit.value, origin)
+            try:
+                caused = self._handlers[emit.topic](record, state)
+                self._check(caused)
+            except Exception as error:  # noqa: BLE001 - one bad record must not stop the stage
+                if self._refuse is None or (isinstance(error, StreamsError)
+                                            and not isinstance(error, RecordRejected)):
+                    raise  # offline's line is refused whole; a worker's configuration or state is wrong
+                out.append(self._refuse(record, error))
+                continue
+            pending.extend(caused)
+        return out
+
+    def _shard_of(self, emit: Emit) -> int:
+        partition = emit.partition
+        if partition is not None:
+            return partition
+        return partition_for(emit.key or b"", self._shards)
+
+    def _shard_state(self, emit: Emit) -> BatchState | None:
+        """The state of the shard ``emit`` goes to when it may be decided here, else None (a record
+        with neither key nor partition goes where the producer sends it)."""
+        if emit.partition is None and emit.key is None:
+            return None
+        partition = self._shard_of(emit)
+        if self._settled_only:
+            return self._owned.settled(partition)
+        return self._owned.state(partition)
