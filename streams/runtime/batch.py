@@ -78,8 +78,9 @@ class OwnedShards:
     The engine keeps one, over its live map of owned stores, and starts it afresh for each
     transaction (:meth:`begin`); the shard records of a batch are decided against its
     :meth:`state`, and so are records sent to an owned shard in the same transaction
-    (:mod:`streams.runtime.local_path`): both see the same writes, which commit or abort together. Ownership changes only between batches (a
-    rebalance runs inside the consumer's poll, never during a transaction). ``first_use`` is called
+    (:mod:`streams.runtime.local_path`): both see the same writes, which commit or abort together.
+    Ownership changes only between batches (a rebalance runs inside the consumer's poll, never
+    during a transaction). ``first_use`` is called
     with each shard's state when a transaction first reads it (the runtime checks the shard's
     identity there, :class:`streams.runtime.identity.ShardIdentities`).
 

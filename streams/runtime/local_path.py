@@ -28,7 +28,6 @@ the line is refused whole, as before.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -118,44 +117,65 @@ class LocalPath:
         a local topic decided here, and what those decided emit in turn: what is left to produce,
         in order."""
         local = self._local
-        for emit in emits:
-            if emit.topic in local:
-                break
-        else:
-            return emits
-        pending = deque(emits)
+        if len(emits) == 1:  # most records send one (a URL to its shard): no queue for it
+            if emits[0].topic not in local:
+                return emits
+            caused = self._decide(emits[0], origin)
+            if caused is None:
+                return emits
+            if not any(emit.topic in local for emit in caused):
+                return caused
+            return self._queue(caused, origin)
+        if any(emit.topic in local for emit in emits):
+            return self._queue(emits, origin)
+        return emits
+
+    def _queue(self, emits: list[Emit], origin: Message) -> list[Emit]:
+        """Each of ``emits`` decided here or left, and what those decided cause after them (first in,
+        first out)."""
+        local = self._local
+        pending = list(emits)  # read from ``at`` on, what the decided records cause appended
         out: list[Emit] = []
-        while pending:
-            emit = pending.popleft()
-            state = self._shard_state(emit) if emit.topic in local else None
-            if state is None:
+        at = 0
+        while at < len(pending):
+            emit = pending[at]
+            at += 1
+            caused = self._decide(emit, origin) if emit.topic in local else None
+            if caused is None:
                 out.append(emit)
-                continue
-            record = LocalRecord(emit.topic, self._shard_of(emit), emit.key, emit.value, origin)
-            try:
-                caused = self._handlers[emit.topic](record, state)
-                self._check(caused)
-            except Exception as error:  # noqa: BLE001 - one bad record must not stop the stage
-                if self._refuse is None or (isinstance(error, StreamsError)
-                                            and not isinstance(error, RecordRejected)):
-                    raise  # offline's line is refused whole; a worker's configuration or state is wrong
-                out.append(self._refuse(record, error))
-                continue
-            pending.extend(caused)
+            else:
+                pending.extend(caused)
         return out
 
-    def _shard_of(self, emit: Emit) -> int:
+    def _decide(self, emit: Emit, origin: Message) -> list[Emit] | None:
+        """What ``emit`` (of a local topic) causes, decided here; None when its shard is not owned
+        and settled here (it goes through its topic); its dead letter when it is refused."""
+        partition = self._shard_of(emit)
+        state = None if partition is None else self._state(partition)
+        if state is None or partition is None:
+            return None
+        record = LocalRecord(emit.topic, partition, emit.key, emit.value, origin)
+        try:
+            caused = self._handlers[emit.topic](record, state)
+            self._check(caused)
+        except Exception as error:  # noqa: BLE001 - one bad record must not stop the stage
+            worker_error = isinstance(error, StreamsError) and not isinstance(error, RecordRejected)
+            if self._refuse is None or worker_error:
+                raise  # offline's line is refused whole; a worker's configuration or state is wrong
+            return [self._refuse(record, error)]
+        return caused
+
+    def _shard_of(self, emit: Emit) -> int | None:
+        """The shard ``emit`` goes to: the one it names, else its key's; None when it has neither
+        (it goes where the producer sends it)."""
         partition = emit.partition
         if partition is not None:
             return partition
-        return partition_for(emit.key or b"", self._shards)
+        key = emit.key
+        return None if key is None else partition_for(key, self._shards)
 
-    def _shard_state(self, emit: Emit) -> BatchState | None:
-        """The state of the shard ``emit`` goes to when it may be decided here, else None (a record
-        with neither key nor partition goes where the producer sends it)."""
-        if emit.partition is None and emit.key is None:
-            return None
-        partition = self._shard_of(emit)
+    def _state(self, partition: int) -> BatchState | None:
+        """The state of shard ``partition`` when a record of it may be decided here, else None."""
         if self._settled_only:
             return self._owned.settled(partition)
         return self._owned.state(partition)

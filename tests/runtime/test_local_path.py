@@ -122,7 +122,7 @@ def test_a_refused_local_record_is_its_own_dead_letter_and_the_others_stand(valu
     shards.begin()
     refused: list[LocalRecord] = []
     out = _path(shards, refused=refused).run([Emit("b", b"ok", b"k", 1), Emit("b", value, b"k", 1)], ORIGIN)
-    assert [(emit.topic, emit.value) for emit in out] == [("dlq", value), ("out", b"ok")]
+    assert [(emit.topic, emit.value) for emit in out] == [("out", b"ok"), ("dlq", value)]
     assert [record.value() for record in refused] == [value]
 
 

@@ -13,10 +13,10 @@ Ordering. The record sits in the shard's partition among the URLs routed to it: 
 after the forget was written is decided after it, so a URL the forget lets go is new again to every
 sighting the shard decides after its record, including the sightings its owner decides at once
 (those follow the record in the owner's own order). Each worker's memory of URLs it routed
-(:mod:`streams.stages.url_dedup.routing_memory`) is cleared when it processes a forget of one of its shards: every
-shard has an owner that applies its record, and every sighting a worker remembers afterwards was
-routed after the record, so it was decided after it (the stage also clears the memory on every
-change of assignment and keeps none while it owns no shard).
+(:mod:`streams.stages.url_dedup.routing_memory`) is cleared when it processes a forget of one of
+its shards: every shard has an owner that applies its record, and every sighting a worker
+remembers afterwards was routed after the record, so it was decided after it (the stage also
+clears the memory on every change of assignment and keeps none while it owns no shard).
 
 A selection by host, prefix or time is a scan of the shard's marks, done in parts of at most
 ``part_entries`` marks, one part per transaction, so no transaction runs long however large the

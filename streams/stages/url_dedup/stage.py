@@ -131,6 +131,8 @@ class UrlDedupStage:
         self._remembers = False  # this worker owns a shard: it keeps a routing memory
         self.events: Counter[str] = Counter()
         self._forgetter: Forgetter | None = None
+        # The last URL routed, as its shard record says it: the local path decides it next.
+        self._routed_key, self._routed_url, self._routed_crawl, self._routed_host = b"", "", "", ""
 
     def store(self) -> StoreSpec:
         """Seen-sets behind Bloom filters; the canonicalization the state was built with; resharded
@@ -169,8 +171,10 @@ class UrlDedupStage:
             self.decisions["seen"] += 1
             return []
         self._note(key)
+        host = canonical.host_of(url)
+        self._routed_key, self._routed_url, self._routed_crawl, self._routed_host = key, url, crawl, host
         # The shard record is the new-URL record itself: the shard passes its bytes on unchanged.
-        value = self._new_url_record(record, url, key, canonical.host_of(url))
+        value = self._new_url_record(record, url, key, host)
         return [Emit(self._shards_topic, value, key, partition_for(key, self._shard_count))]
 
     def _memory_holds(self) -> bool:
@@ -216,9 +220,13 @@ class UrlDedupStage:
         if self._is_seen(state, key):
             return []
         value = message.value() or b"{}"
-        record = orjson.loads(value)
-        self._record_new(state, key, canonical.scoped(record["canonical"], record.get("crawl") or ""))
-        return [Emit(self._new_urls, value, record["host"].encode())]
+        if key == self._routed_key:  # routed here just now (the local path): no need to decode it
+            url, crawl, host = self._routed_url, self._routed_crawl, self._routed_host
+        else:
+            record = orjson.loads(value)
+            url, crawl, host = record["canonical"], record.get("crawl") or "", record["host"]
+        self._record_new(state, key, canonical.scoped(url, crawl))
+        return [Emit(self._new_urls, value, host.encode())]
 
     def _is_seen(self, state: BatchState, key: bytes) -> bool:
         value = state.get(key)
