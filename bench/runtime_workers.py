@@ -6,7 +6,7 @@ Two jobs, each on its own input:
 
 - ``first-seen`` (a keyed stream): emit each key once. ``passthrough`` (confluent-kafka, Python),
   ``jvm-passthrough`` (KafkaConsumer -> KafkaProducer), ``confluent`` (this project's runtime,
-  ``streams first-seen``), ``quix`` (quixstreams, ``.venv-quix``).
+  ``testing/first_seen.py``), ``quix`` (quixstreams, ``.venv-quix``).
 - ``url`` (the frontier, bench/frontier_gen.py): emit each new URL once. ``url-passthrough`` and
   ``url-jvm-passthrough`` (the same passthroughs on the frontier), ``url-dedup`` (this project's URL
   stage), ``kstreams`` (Kafka Streams, bench/runtimes/jvm), ``flink`` (PyFlink, ``.venv-flink``).
@@ -86,7 +86,7 @@ def worker(runtime: str, kafka: KafkaConfig, source: str, state_dir: Path, prefi
     if runtime in ("jvm-passthrough", "url-jvm-passthrough"):
         return Worker(_java("bench.jvm.Passthrough", *io, "--group", group), group, sink)
     if runtime == "confluent":
-        command = [PYTHON, "-m", "streams", "first-seen", "--input", source, "--output", sink,
+        command = [PYTHON, "-m", "testing.first_seen", "--input", source, "--output", sink,
                    "--app-id", group, "--worker-id", "w0", "--state-dir", str(state_dir),
                    "--topic-prefix", f"{group}."]
         return Worker(command, f"{group}.{group}.first-seen", sink)

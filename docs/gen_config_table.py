@@ -174,7 +174,7 @@ MEANINGS = {
         "address the endpoint listens on; `0.0.0.0` in a container so Prometheus and probes reach it",
     ("metrics", "port"):
         "port of `/metrics`, `/healthz` and `/readyz`; unset: the stage's own (url-dedup 9410, "
-        "content-seen 9411, revisit 9412, first-seen 9413); `0`: any free port, logged; a taken "
+        "content-seen 9411, revisit 9412); `0`: any free port, logged; a taken "
         "port is a start-up error naming it",
     ("metrics", "lag_interval_s"):
         "seconds between two measurements of the consumer lag (`crawl_dedup_consumer_lag_records`)",

@@ -250,7 +250,7 @@ def _parser(stages: Sequence[StageSpec] = registry.ALL) -> argparse.ArgumentPars
     for spec in stages:  # the workers
         add_stage_command(commands, spec)
     _add_spec_commands(commands, stages, "state")  # what manages a stage's state
-    _add_reshard_command(commands, [spec for spec in stages if spec.pipeline])
+    _add_reshard_command(commands, stages)
     _add_spec_commands(commands, stages, "tool")  # the tools
 
     from streams.ops import lag_command, status_command

@@ -96,8 +96,8 @@ class MetricsSettings:
     """The worker's HTTP endpoint: ``/metrics`` for Prometheus, ``/healthz`` and ``/readyz`` for an
     orchestrator (:mod:`streams.ops.health`), and how often it measures consumer lag.
 
-    ``port`` unset means the stage's own port (url-dedup 9410, content-seen 9411, revisit 9412,
-    first-seen 9413); ``0`` means any free port, named in the worker's log. A port that is taken is
+    ``port`` unset means the stage's own port (url-dedup 9410, content-seen 9411, revisit 9412);
+    ``0`` means any free port, named in the worker's log. A port that is taken is
     a start-up error naming it: a worker that moved to another port would be scraped by no static
     scrape configuration. ``host`` stays on loopback unless configured (a container sets 0.0.0.0 so
     Prometheus can scrape it).

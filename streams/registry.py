@@ -14,11 +14,11 @@ from typing import Final
 
 from streams.spec import StageSpec
 
-SPEC_MODULES: Final = ("streams.stages.first_seen.spec", "streams.stages.url_dedup.spec",
-                       "streams.stages.content_seen.spec", "streams.stages.revisit.spec")
+SPEC_MODULES: Final = ("streams.stages.url_dedup.spec", "streams.stages.content_seen.spec",
+                       "streams.stages.revisit.spec")
 
 ALL: Final[Sequence[StageSpec]] = tuple(importlib.import_module(name).SPEC for name in SPEC_MODULES)
-STAGES: Final[Sequence[StageSpec]] = tuple(each for each in ALL if each.pipeline)  # the crawl's stages
+STAGES: Final[Sequence[StageSpec]] = ALL  # the crawl's stages: every one registered
 
 
 def spec(name: str) -> StageSpec:

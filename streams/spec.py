@@ -87,8 +87,7 @@ class StageSpec:
     - ``inputs``, ``outputs``: the names of the shared topics it reads and writes
       (:meth:`streams.topics.Topics.named`); ``--offline`` writes what reaches the first output.
     - ``internal``: its internal topics (:class:`~streams.runtime.topology.InternalTopic`), which the
-      runtime names, creates, changelogs and reshards; ``keyed_input``: its inputs are keyed by
-      state key already and are its shard topics (it has no internal topic).
+      runtime names, creates, changelogs and reshards.
     - ``build(settings, runtime)``: the stage, given its own settings (:meth:`load_settings`) and the
       runtime's.
     - ``settings_class`` (``"module:Class"``) and ``settings_section``: its own settings, read from
@@ -107,8 +106,6 @@ class StageSpec:
       canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
       gives its own settings, loaded when first called (a settings class may import the whole
       stage); None when its state is not kept by URL.
-    - ``pipeline``: one of the crawl's stages (the demo runs it, ``lag`` and ``reshard`` offer it);
-      not the runtime's benchmark processor.
     """
 
     name: str
@@ -118,7 +115,6 @@ class StageSpec:
     build: Callable[[Any, RuntimeSettings], Stage]
     metrics_port: int
     internal: tuple[InternalTopic, ...] = (InternalTopic("shards"),)
-    keyed_input: bool = False
     decisions: tuple[str, ...] = ()
     labelled: tuple[LabelledCounter, ...] = ()
     events: tuple[EventCounter, ...] = ()
@@ -133,7 +129,6 @@ class StageSpec:
     commands: tuple[Command, ...] = ()
     offline: bool = True
     description: str | None = None
-    pipeline: bool = True
 
     def settings_type(self) -> type[Any] | None:
         if self.settings_class is None:
@@ -156,8 +151,7 @@ class StageSpec:
 
     def topology(self, topics: Topics, app_id: str) -> Topology:
         """Its topics in application ``app_id`` (of the generation ``topics`` names)."""
-        return Topology.of(self.name, topics, app_id, self.inputs, self.outputs, self.internal,
-                           self.keyed_input)
+        return Topology.of(self.name, topics, app_id, self.inputs, self.outputs, self.internal)
 
     def input_topics(self, topics: Topics) -> list[str]:
         return [topics.named(name) for name in self.inputs]

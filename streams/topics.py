@@ -13,7 +13,7 @@ generation of each stage a worker is built for; its group, and so its input offs
 
 A stage declares its topics by name (:class:`streams.spec.StageSpec`): shared ones (``frontier``,
 ``new-urls``...) are ``<prefix><name>`` unless ``renamed`` names them otherwise (a stage whose
-topics are given on the command line, ``first-seen``); internal ones are
+topics are given on the command line, ``testing/first_seen.py``'s); internal ones are
 ``<prefix><app>.<stage>.<name>`` (``shards``, or ``probes`` and ``gather`` for the page stage).
 """
 

@@ -61,12 +61,12 @@ class EchoStage:
 
 def plain_topology(inputs: Sequence[str] = ("in",), outputs: Sequence[str] = ("out",),
                    internal: Sequence[InternalTopic] = (InternalTopic("shards", local=False),),
-                   stage: str = "echo", keyed_input: bool = False) -> Topology:
+                   stage: str = "echo") -> Topology:
     """A stage's topics named as it declares them, with a ``changelog``, a ``dlq`` and a group ``g``.
     Its internal topic has no local path by default: the engine's tests follow records through
     the topic (``tests/runtime/test_local_path.py`` the local path)."""
     return Topology(stage, tuple((name, name) for name in inputs), tuple((name, name) for name in outputs),
-                    tuple((each, each.name) for each in internal), "changelog", "dlq", "g", keyed_input)
+                    tuple((each, each.name) for each in internal), "changelog", "dlq", "g")
 
 
 def bind(stage: Stage, topology: Topology, shards: int, owned: OwnedShards | None = None,
@@ -87,9 +87,8 @@ def local_path(topology: Topology, context: StageContext, processors: Processors
 
 def create_topics(broker: MemoryKafka, topology: Topology, shards: int, input_partitions: int) -> None:
     """``topology``'s topics: inputs, internal topics and changelog (one partition a shard), outputs."""
-    if not topology.keyed_input:
-        for topic in topology.input_topics:
-            broker.create_topic(topic, input_partitions)
+    for topic in topology.input_topics:
+        broker.create_topic(topic, input_partitions)
     for topic in [*topology.shard_topics, topology.changelog]:
         broker.create_topic(topic, shards)
     broker.create_topic(topology.dead_letters, 1)

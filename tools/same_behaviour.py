@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-COMMANDS = ("", "kafka", "first-seen", "url-dedup", "content-seen", "revisit", "url-dedup-migrate",
+COMMANDS = ("", "kafka", "url-dedup", "content-seen", "revisit", "url-dedup-migrate",
             "reshard", "canonicalize", "lag", "replay", "tail", "demo")
 STAGES = {"url-dedup": "frontier", "content-seen": "fetched-pages", "revisit": "fetched-pages"}
 # The larger of tests/kafka/test_reliability_kafka.py's workloads, and the default one.

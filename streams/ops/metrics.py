@@ -195,7 +195,7 @@ class WorkerMetrics:
                 self.counters[key].labels(self.stage)
         own = next((spec for spec in stages.ALL if spec.name == self.stage), None)
         if own is not None:
-            for decision in own.decisions if own.pipeline else ():
+            for decision in own.decisions:
                 self.counters["decisions"].labels(self.stage, decision)
             for labelled in own.labelled:
                 for value in labelled.values:

@@ -146,8 +146,7 @@ class Engine:
         self._owned = self._shards.owned
         self._input_reader = RecordReader(kafka, clients=clients)  # its consumer made on first read
         self._shard_topics = self._shards.topics
-        # The records routed: a stage whose input is keyed already routes none, it decides them.
-        self._inputs = frozenset(topology.input_topics) - self._shard_topics
+        self._inputs = frozenset(topology.input_topics)  # the records routed
         self._assignment_check = assignment_check
         self._watch = watch
         self._stopping = False
@@ -250,8 +249,7 @@ class Engine:
         self._subscribe()
 
     def _subscribe(self) -> None:
-        internal = [topic for topic in self.topology.shard_topics if topic not in self.topology.input_topics]
-        topics = [*self.topology.input_topics, *internal]
+        topics = [*self.topology.input_topics, *self.topology.shard_topics]
         self._consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                  on_lost=self._on_revoke)
         self._last_activity = time.monotonic()

@@ -22,7 +22,6 @@ failing its batch forever.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -33,12 +32,12 @@ from typing import Any
 
 from streams.compiled import compiled_modules
 from streams.config import RuntimeSettings, TopicSettings
-from streams.errors import ShardCountMismatch, StaleGeneration, StreamsError
+from streams.errors import ShardCountMismatch, StaleGeneration
 from streams.runtime.access import ClusterWatch
 from streams.runtime.drain import DRAIN_IDLE_EXIT_S
 from streams.runtime.engine import UNOBSERVED, Engine, EngineObserver
 from streams.runtime.generations import read_generation, require_current
-from streams.runtime.kafka_io import RECORD_OVERHEAD, KafkaConfig, partition_count
+from streams.runtime.kafka_io import RECORD_OVERHEAD, KafkaConfig
 from streams.runtime.replication import for_stage as replication_for_stage
 from streams.runtime.restore import tune_garbage_collector
 from streams.runtime.shards import stage_dir
@@ -131,18 +130,6 @@ def topic_size_config(max_record_bytes: int) -> dict[str, str]:
     return {"max.message.bytes": str(max_record_bytes + OUTPUT_HEADROOM + RECORD_OVERHEAD)}
 
 
-def keyed_input_shards(kafka: KafkaConfig, topology: Topology) -> int:
-    """A stage whose input is keyed already has a shard per input partition."""
-    counts = {topic: partition_count(kafka, topic) for topic in topology.input_topics}
-    missing = [topic for topic, count in counts.items() if count is None]
-    if missing:
-        raise StreamsError(f"input topic {missing[0]} does not exist")
-    found = {count for count in counts.values() if count is not None}
-    if len(found) != 1:
-        raise StreamsError(f"keyed input topics of {topology.stage} differ in partition count: {counts}")
-    return found.pop()
-
-
 def run_stage(topology: Topology, stage: Stage, kafka: KafkaConfig, settings: RuntimeSettings,
               topic_settings: TopicSettings, idle_exit_s: float | None = None,
               observer: Callable[[Engine], EngineObserver] | None = None, generation: int = 0,
@@ -155,15 +142,12 @@ def run_stage(topology: Topology, stage: Stage, kafka: KafkaConfig, settings: Ru
     the input up to a cut, decide what was routed, and exit once idle (:mod:`streams.runtime.drain`).
     """
     name = topology.stage
-    if topology.keyed_input:
-        settings = dataclasses.replace(settings, shards=keyed_input_shards(kafka, topology))
     topics = Topics(topic_settings.prefix).at_generation(name, generation)
     check = generation_check(kafka, topics, settings.app_id, name, settings.shards)
     check_local_shards(stage_dir(settings, name), settings.shards, generation)
     sized = topic_size_config(settings.max_record_bytes)
     internal = [topic for _, topic in topology.internal]
-    specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in topology.input_topics
-             if not topology.keyed_input]
+    specs = [TopicSpec(name, topic_settings.input_partitions, sized) for name in topology.input_topics]
     specs += [TopicSpec(name, topic_settings.input_partitions, sized) for name in topology.output_topics]
     specs += [TopicSpec(topology.dead_letters, 1, sized)]
     specs += [TopicSpec(topic, settings.shards, sized, fixed_partitions=True) for topic in internal]

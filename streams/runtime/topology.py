@@ -115,18 +115,15 @@ class Topology:
     changelog: str
     dead_letters: str
     group: str
-    keyed_input: bool = False  # the inputs are keyed by state key already: they are the shard topics
 
     @classmethod
     def of(cls, stage: str, topics: Topics, app_id: str, inputs: Sequence[str], outputs: Sequence[str],
-           internal: Sequence[InternalTopic] = (InternalTopic("shards"),),
-           keyed_input: bool = False) -> Topology:
+           internal: Sequence[InternalTopic] = (InternalTopic("shards"),)) -> Topology:
         """The topology of ``stage`` under ``topics`` (its generation's internal topics)."""
         return cls(stage, tuple((name, topics.named(name)) for name in inputs),
                    tuple((name, topics.named(name)) for name in outputs),
                    tuple((each, topics.internal(app_id, stage, each.name)) for each in internal),
-                   topics.changelog(app_id, stage), topics.dead_letters, topics.group(app_id, stage),
-                   keyed_input)
+                   topics.changelog(app_id, stage), topics.dead_letters, topics.group(app_id, stage))
 
     @property
     def input_topics(self) -> list[str]:
@@ -144,9 +141,7 @@ class Topology:
         raise ConfigError(f"stage {self.stage} declares no output {name!r}")
 
     def shard_sources(self) -> list[tuple[InternalTopic, str]]:
-        """The topics whose partition *i* belongs to shard *i*: the internal topics, or the keyed inputs."""
-        if self.keyed_input:
-            return [(InternalTopic(name), topic) for name, topic in self.inputs]
+        """The topics whose partition *i* belongs to shard *i* (the internal topics), declared."""
         return list(self.internal)
 
     @property

@@ -3,7 +3,9 @@
 * :mod:`.url_dedup`: the frontier's new URLs, once (the seen-set, its Bloom filters, migrations).
 * :mod:`.content_seen`: a verdict for every fetched page (block tables, racing copies).
 * :mod:`.revisit`: change detection and the next fetch time (history, estimators, policies).
-* :mod:`.first_seen`: the runtime's minimal processor, for benchmarks and crash tests.
+
+The runtime's minimal processor, for benchmarks and crash tests, is not a stage of the crawl:
+``testing/first_seen.py``.
 
 Shared by several stages: URL canonicalization (:mod:`streams.urls`, all three), page analysis
 (:mod:`streams.pages`, content-seen and revisit), records and topics. The runtime

@@ -28,7 +28,7 @@ def test_first_seen_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path:
     h.create_topics(kafka, [source, sink], 4)
     keys = h.keyed_stream(distinct=21_000, total=30_000)
     h.produce(kafka, source, ((k, k) for k in keys))
-    command = [sys.executable, "-m", "streams", "first-seen", "--input", source, "--output", sink,
+    command = [sys.executable, "-m", "testing.first_seen", "--input", source, "--output", sink,
                "--app-id", "app", "--worker-id", "w0", "--state-dir", str(tmp_path / "state"),
                "--topic-prefix", prefix, "--batch-max-messages", "500"]
     env_command = _with_bootstrap(kafka, command)

@@ -160,7 +160,7 @@ def test_an_assignment_that_splits_a_shard_between_workers_is_refused() -> None:
 
 
 class Keyed:
-    """A stage whose input is keyed by state key already (the runtime's first-seen): no routing."""
+    """A stage that sends each record on by its own key and emits each key once (testing/first_seen.py)."""
 
     def store(self) -> StoreSpec:
         return StoreSpec()
@@ -170,7 +170,8 @@ class Keyed:
 
     def init(self, context: StageContext) -> Processors:
         self.output = context.output("out")
-        return Processors(shards={"in": self.process})
+        return Processors(route=lambda message: [Emit("shards", message.value(), message.key())],
+                          shards={"shards": self.process})
 
     def process(self, message: Message, state: BatchState) -> list[Emit]:
         key = message.key() or b""
@@ -178,16 +179,6 @@ class Keyed:
             return []
         state.set(key, b"1")
         return [Emit(self.output, message.value(), key)]
-
-
-def test_a_keyed_input_is_its_own_shard_topic() -> None:
-    topology = plain_topology(internal=(), keyed_input=True)
-    with running(Keyed(), topology, shards=2) as (engine, broker, stores):
-        for key in (b"a", b"a", b"b"):
-            broker.append("in", 0 if key == b"a" else 1, key, key.upper())
-        engine.step()
-        assert sorted(m.value() for m in broker.committed_records("out")) == [b"A", b"B"]
-        assert broker.groups["g"] == {("in", 0): 2, ("in", 1): 1} and set(stores) == {0, 1}
 
 
 def test_offline_the_same_services_run_one_line_at_a_time() -> None:
@@ -207,7 +198,7 @@ def test_offline_the_same_services_run_one_line_at_a_time() -> None:
 
 
 def test_a_stage_that_asks_for_nothing_gets_services_that_do_nothing() -> None:
-    context, _ = bind(Keyed(), plain_topology(internal=(), keyed_input=True), 1, OwnedShards({}))
+    context, _ = bind(Keyed(), plain_topology(), 1, OwnedShards({}))
     services = context.services
     assert services.prepare([]) == 0 and services.ready_for_input() and services.listeners == []
     assert services.punctuators.run(None) == []
