@@ -117,27 +117,9 @@ def _offline(topology: Topology, stage: Stage, store: PartitionStore) -> int:
 
 
 def _reshard(stages: Sequence[StageSpec], args: argparse.Namespace) -> int:
-    from streams.runtime.admin import ReshardPlan, replication_for_command, reshard, topic_size_config
-    from streams.topics import Topics
+    from streams.ops import reshard_command
 
-    spec = next(each for each in stages if each.name == args.stage)
-    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
-    topic_settings = _topic_settings(args)
-    topics = Topics(topic_settings.prefix)
-    stage = spec.build(spec.load_settings(args), settings)
-    kafka = kafka_config(args.config)
-    plan = ReshardPlan(topics, settings.app_id, spec.name, args.shards,
-                       topic_size_config(settings.max_record_bytes),
-                       replication_for_command(kafka, topic_settings), args.wait_s, args.keep_old,
-                       tuple(each.name for each in spec.internal))
-    report = reshard(kafka, plan, stage.store(),
-                     step=lambda name: print(f"reshard: {name}", flush=True))
-    print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "
-          f"generation {report.to_generation} ({report.to_shards} shards): {report.entries_read} entries "
-          f"read, {report.entries_written} written; stop checks {report.seconds['stop checks']:.1f} s, "
-          f"copy {report.seconds['copy']:.1f} s ({report.copy_s_per_million:.1f} s per million entries), "
-          f"total {report.seconds['total']:.1f} s. Start the workers with shards={report.to_shards}.")
-    return 0
+    return reshard_command.run(next(each for each in stages if each.name == args.stage), args, args.shards)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ own code, re-exported:
 - running a stage: :func:`run_stage` (a worker against Kafka), :func:`run_offline` (standard input
   to standard output, one local store);
 - moving a stage's state to another shard count: :class:`ReshardPlan`, :func:`reshard`,
-  :func:`topic_size_config` (the ``max.message.bytes`` of the topics a stage creates).
+  :func:`current_shards` (its count now: a reshard to it rewrites the state in place, a stage's
+  migration), :func:`topic_size_config` (the ``max.message.bytes`` of the topics a stage creates).
 """
 
 from __future__ import annotations
@@ -38,12 +39,13 @@ from streams.runtime.kafka_io import (
 from streams.runtime.offline import run_offline
 from streams.runtime.reach import reach_cluster
 from streams.runtime.replication import for_command as replication_for_command
-from streams.runtime.reshard import ReshardPlan, reshard
+from streams.runtime.reshard import ReshardPlan, current_shards, reshard
 from streams.runtime.runner import run_stage, topic_size_config
 from streams.runtime.topic_admin import TopicSpec, ensure_topics, output_limits
 
 __all__ = [
     "CLIENT_MAX_MESSAGE_BYTES", "RECORD_OVERHEAD", "KafkaConfig", "ReshardPlan", "TopicSpec",
-    "current_topics", "ensure_topics", "error_text", "output_limits", "produce_all", "reach_cluster",
-    "read_to_end", "replication_for_command", "reshard", "run_offline", "run_stage", "topic_size_config",
+    "current_shards", "current_topics", "ensure_topics", "error_text", "output_limits", "produce_all",
+    "reach_cluster", "read_to_end", "replication_for_command", "reshard", "run_offline", "run_stage",
+    "topic_size_config",
 ]

@@ -31,6 +31,15 @@ class StateMove(Protocol):
         ...
 
 
+class StateRewrite(StateMove, Protocol):
+    """A move that also rewrites the entries of a state built with another identity (a stage's
+    migration, :attr:`StoreSpec.rewrite <streams.runtime.store_spec.StoreSpec.rewrite>`)."""
+
+    def summary(self) -> str:
+        """What it did, for the operator (``re-fingerprinted 2 URLs: 2 moved...``)."""
+        ...
+
+
 class KeyedMove:
     """Entries whose state key is ``prefix_bytes`` of kind, then the key they are routed by."""
 

@@ -14,7 +14,10 @@ one, with the workers stopped (they drained, :mod:`streams.runtime.drain`), in n
    reshard and puts the current generation back, unchanged.
 3. :func:`_copy_state`: every live entry of the old changelog, partition by partition, goes to the
    new changelog's partition the stage's :class:`~streams.runtime.moves.StateMove` gives it; the
-   stage's identity entries go to every new shard. The new shard topic starts empty.
+   stage's identity entries go to every new shard. The new shard topic starts empty. A state built
+   with another identity than this build's (other settings, an older version) is moved by the
+   store's ``rewrite``, which makes its entries this build's (the URL stage's migration to new
+   canonicalization settings is a reshard to the same shard count), or refused without one.
 4. :func:`_switch`: the generations record names the new generation and its shard count: the one
    commit point. Workers started with ``shards=N`` rebuild their local stores from the new changelog
    (a worker's stores of an earlier generation are removed, :mod:`streams.runtime.runner`). The old
@@ -40,7 +43,7 @@ from confluent_kafka.admin import AdminClient
 from streams.errors import ReshardRefused, RuntimeFailure, StateError
 from streams.runtime.generations import Generation, read_generation, write_generation
 from streams.runtime.kafka_io import KafkaConfig, partition_count, pending_records, read_from
-from streams.runtime.moves import Placed, StateMove
+from streams.runtime.moves import Placed, StateMove, StateRewrite
 from streams.runtime.store_spec import StoreSpec
 from streams.runtime.topic_admin import COMPACTED, Replication, TopicSpec, ensure_topics
 from streams.topics import Topics
@@ -77,6 +80,7 @@ class ReshardReport:
     to_shards: int
     entries_read: int = 0
     entries_written: int = 0
+    rewritten: str | None = None  # the store's rewrite ran: what it says it did
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -109,12 +113,10 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
     tell("copy")
     copied = time.monotonic()
     _create_topics(kafka, plan, new)
-    move = store.layout(current.shards, plan.shards)
-    identity = store.identity.entries
     try:
-        report.entries_read, report.entries_written = _copy_state(
+        report.entries_read, report.entries_written, report.rewritten = _copy_state(
             kafka, old.changelog(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage),
-            move, identity, plan.shards)
+            store, current.shards, plan.shards)
     except (ReshardRefused, StateError):
         _delete_topics(kafka, [*plan.internal_topics(new), new.changelog(plan.app_id, plan.stage)])
         write_generation(kafka, _generations_topic(plan), current, plan.replication)
@@ -132,16 +134,27 @@ def _generations_topic(plan: ReshardPlan) -> str:
     return plan.topics.generations_topic(plan.app_id, plan.stage)
 
 
+def current_shards(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str) -> int:
+    """The shard count of the stage's current state (a reshard to it rewrites the state in place)."""
+    return _current(kafka, topics, app_id, stage).shards
+
+
+def _current(kafka: KafkaConfig, topics: Topics, app_id: str, stage: str) -> Generation:
+    """The generations record, or generation 0 with its changelog's partition count."""
+    found = read_generation(kafka, topics.generations_topic(app_id, stage))
+    if found is not None:
+        return found
+    changelog = topics.changelog(app_id, stage, 0)
+    partitions = partition_count(kafka, changelog)
+    if partitions is None:
+        raise ReshardRefused(f"{stage} of {app_id} has no state yet ({changelog} does not exist): "
+                             "start its workers instead")
+    return Generation(0, partitions)
+
+
 def _begin(kafka: KafkaConfig, plan: ReshardPlan) -> tuple[Generation, int]:
     """The current generation, and the one this reshard writes (marked under way before returning)."""
-    found = read_generation(kafka, _generations_topic(plan))
-    if found is None:
-        changelog = plan.topics.changelog(plan.app_id, plan.stage, 0)
-        partitions = partition_count(kafka, changelog)
-        if partitions is None:
-            raise ReshardRefused(f"{plan.stage} of {plan.app_id} has no state yet ({changelog} does not "
-                                 f"exist): start its workers with shards={plan.shards} instead")
-        found = Generation(0, partitions)
+    found = _current(kafka, plan.topics, plan.app_id, plan.stage)
     current = Generation(found.number, found.shards)
     target = max(found.number, found.moving_to or 0) + 1
     if found.moving_to is not None:
@@ -190,13 +203,17 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
     ], plan.replication)
 
 
-def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move: StateMove,
-                identity: Mapping[bytes, bytes], shards: int) -> tuple[int, int]:
-    """Each old partition's live entries, placed by ``move``; identity entries to every new shard.
-    Returns (entries read, entries written). A partition is read whole before its entries are placed
-    (a compacted changelog may still hold a key's older values, and its tombstones)."""
+def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, store: StoreSpec,
+                old_shards: int, shards: int) -> tuple[int, int, str | None]:
+    """Each old partition's live entries, placed by the store's layout (or its rewrite, for a state
+    built with another identity); identity entries to every new shard. Returns (entries read,
+    entries written, what the rewrite did or None). A partition is read whole before its entries
+    are placed (a compacted changelog may still hold a key's older values, and its tombstones)."""
     count = partition_count(kafka, old_changelog) or 0
+    identity = store.identity.entries
     producer = _Writer(kafka, new_changelog)
+    move: StateMove | None = None
+    rewrite: StateRewrite | None = None
     read = 0
     for partition in range(count):
         live: dict[bytes, bytes | None] = {}
@@ -204,21 +221,38 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, move
             key = message.key()
             if key is not None:
                 live[key] = message.value()
+        if move is None and any(value is not None for value in live.values()):  # an empty one tells nothing
+            rewrite = _rewrite_for(store, live, f"{old_changelog}[{partition}]", old_shards, shards)
+            move = rewrite or store.layout(old_shards, shards)
         for key, value in live.items():
             if value is None:
                 continue
             read += 1
             if key in identity:
-                if value != identity[key]:
+                if value != identity[key] and rewrite is None:
                     raise StateError(f"{old_changelog}[{partition}] holds {key!r}={value!r}, this build "
                                      f"expects {identity[key]!r}: reshard with the settings it was "
                                      "built with")
                 continue
+            assert move is not None  # chosen above, for the first partition with live entries
             producer.write(move.place(partition, key, value))
-    producer.write(move.finish())
+    producer.write((move or store.layout(old_shards, shards)).finish())
     producer.write((shard, key, value) for shard in range(shards) for key, value in identity.items())
     producer.close()
-    return read, producer.written
+    return read, producer.written, None if rewrite is None else rewrite.summary()
+
+
+def _rewrite_for(store: StoreSpec, first: Mapping[bytes, bytes | None], where: str, old_shards: int,
+                 shards: int) -> StateRewrite | None:
+    """The store's rewrite when the identity entries of the first partition with live entries (every
+    partition that decided a record holds them alike) are not this build's and it has one; else
+    None (its layout moves it, or refuses it)."""
+    identity = store.identity.entries
+    if store.rewrite is None or all(first.get(key, value) == value for key, value in identity.items()):
+        return None
+    found = {key: first.get(key) for key in identity}
+    log.info("%s was built with %s, this build with %s: rewriting it", where, found, dict(identity))
+    return store.rewrite(old_shards, shards)
 
 
 class _Writer:

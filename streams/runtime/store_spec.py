@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Final
 
 from streams.errors import ReshardRefused, StreamsError
-from streams.runtime.moves import StateMove
+from streams.runtime.moves import StateMove, StateRewrite
 from streams.runtime.store import PartitionStore, RocksStore
 
 # (path, shard count, block cache MB, memtable MB)
 StoreOpener = Callable[[Path, int, int, int], PartitionStore]
 MoveFactory = Callable[[int, int], StateMove]  # (old shard count, new shard count)
+RewriteFactory = Callable[[int, int], StateRewrite]
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,13 @@ class StoreSpec:
     - ``identity``: what the state must have been built with (none by default).
     - ``layout``: how its entries move from one shard count to another
       (:mod:`streams.runtime.moves`); a store without one cannot be resharded.
+    - ``rewrite``: how a state built with another identity is made this build's, its entries moved
+      and rewritten (the URL stage re-fingerprints its URLs for new canonicalization settings), by
+      a reshard (:mod:`streams.runtime.reshard`; to the same shard count, the stage's migration);
+      None: such a state is refused, as a worker refuses it.
     """
 
     open: StoreOpener = field(default_factory=RocksOpener)
     identity: StateIdentity = NO_IDENTITY
     layout: MoveFactory = _not_movable
+    rewrite: RewriteFactory | None = None

@@ -57,18 +57,20 @@ def _migrate_options(command: argparse.ArgumentParser) -> None:
     canonicalization_options(command)
 
 
-def _migrate(spec: StageSpec, args: argparse.Namespace) -> int:
-    from streams.broker.bootstrap import kafka_config
-    from streams.stages.url_dedup.migrate import migrate
+def _migrate_command_options(command: argparse.ArgumentParser) -> None:
+    _migrate_options(command)
+    command.add_argument("--wait-s", type=float, default=60.0,
+                         help="how long to wait for the stage's group to empty (default 60)")
+    command.add_argument("--keep-old", action="store_true",
+                         help="keep the old generation's shard topic and changelog (default: deleted)")
 
-    settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
-    topics = Topics(config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix).prefix)
-    topology = spec.topology(topics, settings.app_id)
-    report = migrate(kafka_config(args.config), topology.group, topology.shard_topics[0], topology.changelog,
-                     spec.load_settings(args))
-    print(f"re-fingerprinted {report.urls} URLs: {report.moved} moved, {report.merged} merged, "
-          f"{report.rejected} refused by the new rules (kept)")
-    return 0
+
+def _migrate(spec: StageSpec, args: argparse.Namespace) -> int:
+    """A reshard to the shard count the state has, which the store's rewrite re-fingerprints
+    (:mod:`streams.stages.url_dedup.migrate`)."""
+    from streams.ops import reshard_command
+
+    return reshard_command.run(spec, args)
 
 
 def _forget_options(command: argparse.ArgumentParser) -> None:
@@ -125,7 +127,7 @@ SPEC = StageSpec(
     commands=(
         Command("url-dedup-migrate", "re-fingerprint the URL seen-set",
                 "Re-fingerprint the URL stage's seen-set for new canonicalization settings.",
-                _migrate_options, _migrate, "state"),
+                _migrate_command_options, _migrate, "state"),
         Command("forget", "make URLs new again: by URL, host, prefix or age",
                 "Make URLs new again: every running owner of the URL stage's shards lets them go in its "
                 "own transaction, and the next sighting of each is emitted to new-urls once more. "

@@ -70,6 +70,7 @@ from streams.stages.url_dedup.forgetting import (
     forgotten_meanwhile,
 )
 from streams.stages.url_dedup.marks import Expiry
+from streams.stages.url_dedup.migrate import Refingerprint
 from streams.stages.url_dedup.routing_memory import RoutingMemory
 from streams.stages.url_dedup.settings import UrlDedupSettings
 from streams.urls import canonical
@@ -137,10 +138,11 @@ class UrlDedupStage:
     def store(self) -> StoreSpec:
         """Seen-sets behind Bloom filters; the canonicalization the state was built with; resharded
         fingerprint by fingerprint (a Bloom-only set too: its changelog keeps every fingerprint it
-        stored, and the new shards' filters are built from them)."""
+        stored, and the new shards' filters are built from them); a state of another
+        canonicalization re-fingerprinted (:mod:`streams.stages.url_dedup.migrate`)."""
         return StoreSpec(open=partial(open_seen_set, self.settings),
                          identity=StateIdentity({VERSION_KEY: self._version}, self._other_version),
-                         layout=UrlDedupMove)
+                         layout=UrlDedupMove, rewrite=partial(Refingerprint, self.settings))
 
     def init(self, context: StageContext) -> Processors:
         """Its topics, and a memory of routed fingerprints (kept while it owns a shard)."""
