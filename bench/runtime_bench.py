@@ -142,9 +142,10 @@ def kill_test(runtime: str, kafka: KafkaConfig, job: Job, kills: int, work: Path
 
 
 def _markdown(rates: list[dict[str, Any]], kills: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    distinct_urls = meta["frontier_distinct"] or 0  # None: no url job ran
     titles = {"first-seen": f"first-seen: {meta['records']:,} keyed records "
                             f"({meta['distinct']:,} distinct keys)",
-              "url": f"url: {meta['frontier_records']:,} frontier records ({meta['frontier_distinct']:,} "
+              "url": f"url: {meta['frontier_records']:,} frontier records ({distinct_urls:,} "
                      "distinct canonical URLs, 70 % repeats)"}
     lines = [f"Runtime benchmark, {PARTITIONS} partitions, Kafka {meta['kafka']}, one run ({meta['date']}): "
              f"`{meta['command']}`."]
