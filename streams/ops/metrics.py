@@ -65,6 +65,8 @@ STORE_GAUGE_INTERVAL_S = 5.0  # RocksDB properties are cheap, but not free on ev
 COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
     "records_in": ("Records consumed and committed", ("topic",)),
     "records_out": ("Records produced and committed", ("topic",)),
+    "records_at_once": ("Records for a shard this worker owns, decided at once in the transaction that "
+                        "sent them instead of through their internal topic", ("topic",)),
     "dead_letters": ("Records sent to the dead-letter topic", ("reason",)),
     "decisions": ("Stage decisions: new/seen, unique/exact/near/skipped, changed/unchanged/first",
                   ("decision",)),
@@ -217,6 +219,7 @@ class WorkerMetrics:
     def batch_done(self, snapshot: EngineSnapshot) -> None:
         self._advance("records_in", snapshot.consumed_by_topic)
         self._advance("records_out", snapshot.emitted_by_topic)
+        self._advance("records_at_once", snapshot.at_once_by_topic)
         self._advance("dead_letters", snapshot.dead_letters_by_reason)
         self._advance_one("aborted_batches", snapshot.aborted_batches)
         self._advance_one("recovered_records", snapshot.recovered_records)

@@ -33,6 +33,8 @@ class Counters:
     deferred_records: int = 0  # input records a stage had no room for, consumed again later
     consumed_by_topic: dict[str, int] = field(default_factory=dict)
     emitted_by_topic: dict[str, int] = field(default_factory=dict)
+    # records for a shard owned here, decided at once instead of produced to their internal topic
+    at_once_by_topic: dict[str, int] = field(default_factory=dict)
     dead_letters_by_reason: dict[str, int] = field(default_factory=dict)
     decisions: Counter[str] = field(default_factory=Counter)  # the stage's, by name (StageContext)
     labelled: dict[str, Counter[str]] = field(default_factory=dict)  # a stage's counts by label value

@@ -178,7 +178,8 @@ class Engine:
         self._route = processors.route
         self._handlers = shard_handlers(topology, processors)
         self._local = LocalPath(self._handlers, topology.local_topics, settings.shards, self._owned,
-                                self._refuse_local, self._outputs.check)
+                                self._refuse_local, self._outputs.check,
+                                counts=self.counters.at_once_by_topic)
         services = context.services
         self._punctuators = services.punctuators
         self._listeners = Listeners([self._shards.identities, *services.listeners])
@@ -486,15 +487,14 @@ class Engine:
         return states, done
 
     def _refuse_local(self, record: LocalRecord, error: Exception) -> Emit:
-        """A record its processor refused on the local path: its own dead letter, as through its
-        topic (:mod:`streams.runtime.local_path`); the input record that caused it is named."""
-        listeners, origin = self._listeners, record.origin
-        listeners.refused()
-        where = f"decided at once for {origin.topic()}[{origin.partition()}]@{origin.offset()}"
+        """A record its processor refused on the local path: the dead letter of the record that sent
+        it, which has a place in a topic and can be replayed (:mod:`streams.runtime.local_path`)."""
+        self._listeners.refused()
+        where = f"its record for {record.topic()}[{record.partition()}], decided at once"
         if isinstance(error, RecordRejected):
-            return self._outputs.dead_letter(record, error.reason, f"{error.detail} ({where})")
-        log.error("processing failed on the local path, %s", where, exc_info=error)
-        return self._outputs.dead_letter(record, "processing_error", f"{error!r} ({where})")
+            return self._outputs.dead_letter(record.origin, error.reason, f"{error.detail} ({where})")
+        log.error("processing failed on the local path: %s", where, exc_info=error)
+        return self._outputs.dead_letter(record.origin, "processing_error", f"{error!r} ({where})")
 
     def _abort(self, batch: list[Message], error: KafkaException) -> None:
         """An abortable error: drop the batch's state, abort, rewind to the batch's first offsets."""

@@ -20,10 +20,12 @@ them. A sighting routed by another worker is decided when its record arrives, an
 decided here: the first one decided wins, as through the topic.
 
 The offline driver (:mod:`streams.runtime.offline`) owns the one shard there is, and every internal
-topic is its local path: there is no topic. A record refused on the local path is a dead letter
-of its own (the engine: offset -1, it was never written; the input record that caused it names it
-in the detail) and the rest of the record's outputs stand, as they would through the topic; offline
-the line is refused whole, as before.
+topic is its local path: there is no topic. A record refused on the local path (its processor
+raised, or its outputs exceed their topics' limits) leaves a dead letter of the record that sent it
+(the engine's: the input record, or a record of an internal topic, which has a place in its topic
+and can be replayed from the letter; the refused record is named in the detail), and the rest of
+what that record caused stands, as it would through the topic; offline the line is refused whole,
+as before.
 """
 
 from __future__ import annotations
@@ -92,13 +94,14 @@ class LocalPath:
     may be decided here; ``shards``: the shard count (a record's shard, when it names none, is its
     key's, :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
     local record its processor refused (None: the refusal is raised to the caller, offline).
-    ``settled_only``: wait for a shard's backlog (the engine; offline there is none)."""
+    ``settled_only``: wait for a shard's backlog (the engine; offline there is none). ``counts``:
+    the records decided here, by topic (the worker's metrics)."""
 
-    __slots__ = ("_check", "_handlers", "_local", "_owned", "_refuse", "_settled_only", "_shards")
+    __slots__ = ("_check", "_counts", "_handlers", "_local", "_owned", "_refuse", "_settled_only", "_shards")
 
     def __init__(self, handlers: Mapping[str, ShardHandler], local: frozenset[str], shards: int,
                  owned: OwnedShards, refuse: Refuse | None = None, check: Check = _nothing_to_check,
-                 settled_only: bool = True) -> None:
+                 settled_only: bool = True, counts: dict[str, int] | None = None) -> None:
         self._handlers: Final = {topic: handler for topic, handler in handlers.items() if topic in local}
         self._local: Final = frozenset(self._handlers)
         self._shards: Final = shards
@@ -106,6 +109,7 @@ class LocalPath:
         self._refuse: Final = refuse
         self._check: Final = check
         self._settled_only: Final = settled_only
+        self._counts: Final[dict[str, int]] = {} if counts is None else counts
 
     @property
     def active(self) -> bool:
@@ -155,6 +159,8 @@ class LocalPath:
         if state is None or partition is None:
             return None
         record = LocalRecord(emit.topic, partition, emit.key, emit.value, origin)
+        counts = self._counts
+        counts[emit.topic] = counts.get(emit.topic, 0) + 1
         try:
             caused = self._handlers[emit.topic](record, state)
             self._check(caused)

@@ -3,12 +3,12 @@
 Every producer of this project uses librdkafka's ``murmur2_random`` partitioner
 (:data:`~streams.runtime.kafka_io.PARTITIONER`), which for a non-null key is the Java client's
 default: ``(murmur2(key) & 0x7fffffff) % partitions`` with Kafka's ``Utils.murmur2`` (MurmurHash2,
-Austin Appleby, 32-bit, seed ``0x9747b28c``). Computing it here lets a router know a record's
-shard before producing it (the URL stage answers repeats of a shard it owns from that shard's
-committed store, see :mod:`streams.stages.url_dedup.stage`), and setting the partition explicitly keeps the
-record exactly where the producer's partitioner would have put it, so state built either way
-agrees. ``tests/kafka/test_partitioner.py`` checks Kafka's own test vectors and, against the broker,
-the partitions librdkafka chooses.
+Austin Appleby, 32-bit, seed ``0x9747b28c``). Computing it here lets the runtime know a record's
+shard before producing it (a record of a shard this worker owns is decided at once,
+:mod:`streams.runtime.local_path`), and setting the partition explicitly keeps the record exactly
+where the producer's partitioner would have put it, so state built either way agrees.
+``tests/kafka/test_partitioner.py`` checks Kafka's own test vectors and, against the broker, the
+partitions librdkafka chooses.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ class EngineSnapshot:
 
     consumed_by_topic: Mapping[str, int]
     emitted_by_topic: Mapping[str, int]
+    at_once_by_topic: Mapping[str, int]  # records for an owned shard decided at once (local_path)
     dead_letters_by_reason: Mapping[str, int]
     decisions: Mapping[str, int]
     labelled: Mapping[str, Mapping[str, int]]  # a stage's counts by label value, by series
@@ -76,7 +77,8 @@ def snapshot(engine: Engine) -> EngineSnapshot:
     counters = engine.counters
     labelled = {series: dict(counts) for series, counts in counters.labelled.items()}
     return EngineSnapshot(dict(counters.consumed_by_topic), dict(counters.emitted_by_topic),
-                          dict(counters.dead_letters_by_reason), dict(counters.decisions),
+                          dict(counters.at_once_by_topic), dict(counters.dead_letters_by_reason),
+                          dict(counters.decisions),
                           labelled, dict(counters.events), counters.aborted_batches,
                           counters.recovered_records, counters.deferred_records, counters.batches,
                           counters.last_batch_s, counters.last_batch_oldest_ms, dict(engine.stores))

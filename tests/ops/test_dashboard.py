@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATASOURCES = ROOT / "ops" / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 
 COUNTERS = {
-    "crawl_dedup_records_in_total", "crawl_dedup_records_out_total", "crawl_dedup_dead_letters_total",
+    "crawl_dedup_records_in_total", "crawl_dedup_records_out_total", "crawl_dedup_records_at_once_total",
+    "crawl_dedup_dead_letters_total",
     "crawl_dedup_decisions_total", "crawl_dedup_aborted_batches_total",
     "crawl_dedup_recovered_records_total", "crawl_dedup_deferred_records_total",
     "crawl_dedup_race_matches_total", "crawl_dedup_urls_forgotten_total", "crawl_dedup_urls_expired_total",

@@ -162,13 +162,15 @@ class Picky(EchoStage):
         return super().process(message, state)
 
 
-def test_the_engine_writes_a_refused_local_record_as_a_dead_letter_naming_its_input() -> None:
+def test_the_engine_writes_the_dead_letter_of_the_input_whose_local_record_was_refused() -> None:
+    """The letter carries the input record, which can be replayed; the detail names the record refused."""
     with running(Picky(), LOCAL) as (engine, broker, _):
         broker.append("in", 1, None, b'{"k": "bad"}')
         broker.append("in", 1, None, b'{"k": "good"}')
         engine.step()
         [letter] = [orjson.loads(message.value() or b"") for message in broker.committed_records("dlq")]
-        assert (letter["reason"], letter["source_topic"], letter["source_offset"]) == ("schema", "shards", -1)
-        assert "decided at once for in[1]@0" in letter["detail"]
+        assert (letter["reason"], letter["source_topic"], letter["source_offset"]) == ("schema", "in", 0)
+        shard = partition_for(b"bad", 2)
+        assert f"its record for shards[{shard}], decided at once" in letter["detail"]
         assert [message.key() for message in broker.committed_records("out")] == [b"good"]
         assert engine.counters.dead_letters == 1
