@@ -102,8 +102,8 @@ def restore(kafka: KafkaConfig, stage: str, changelog: str, directory: Path) -> 
     """The worker's restore of an empty state directory (:mod:`streams.runtime.restore`, then the
     tail in the worker), into the stage's declared stores in ``directory``, the settings' defaults."""
     spec = registry.spec(stage)
-    settings_type = spec.settings_type()
-    settings = config.load(settings_type, spec.settings_section or stage) if settings_type else None
+    own = spec.settings
+    settings = config.load(own.type(), own.section) if own is not None else None
     runtime = config.load(config.RuntimeSettings, "runtime")
     opener = ShardOpener(spec.build(settings, runtime).store().open, directory, SHARDS,
                          runtime.rocksdb_block_cache_mb, runtime.rocksdb_memtable_mb)

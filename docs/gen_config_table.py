@@ -57,10 +57,10 @@ def _stage_sections() -> tuple[Section, ...]:
     """One section per registered stage with settings, from streams/registry.py."""
     found = []
     for spec in registry.STAGES:
-        settings_type = spec.settings_type()
-        if settings_type is not None and spec.settings_section is not None:
-            about = ABOUT.get(spec.settings_section, spec.help[:1].upper() + spec.help[1:] + ".")
-            found.append(Section(spec.settings_section, settings_type, about))
+        own, help_ = spec.settings, spec.cli.help
+        if own is not None:
+            about = ABOUT.get(own.section, help_[:1].upper() + help_[1:] + ".")
+            found.append(Section(own.section, own.type(), about))
     return tuple(found)
 
 

@@ -169,26 +169,26 @@ def _add_reshard_command(commands: Any, stages: Sequence[StageSpec]) -> None:
                          help="keep the old generation's shard topic and changelog (default: deleted)")
     added = []
     for spec in stages:  # the options the stages' states depend on: their identities
-        if spec.state_options not in added:
-            spec.state_options(command)
-            added.append(spec.state_options)
+        if spec.cli.state_options not in added:
+            spec.cli.state_options(command)
+            added.append(spec.cli.state_options)
     command.set_defaults(handler=partial(_reshard, stages))
 
 
 def add_stage_command(commands: Any, spec: StageSpec) -> None:
     """The stage's command: the options naming its topics, the worker options (``--offline``), and
     the stage's own options."""
-    command = commands.add_parser(spec.name, help=spec.help, description=spec.description)
-    spec.topic_options(command)
-    _add_worker_options(command, offline=spec.offline)
-    spec.options(command)
+    command = commands.add_parser(spec.name, help=spec.cli.help, description=spec.cli.description)
+    spec.cli.topic_options(command)
+    _add_worker_options(command, offline=spec.cli.offline)
+    spec.cli.options(command)
     command.set_defaults(handler=partial(run_spec, spec))
 
 
 def _add_spec_commands(commands: Any, stages: Sequence[StageSpec], section: str) -> None:
     """The stages' extra commands of one section (each run with its stage's spec)."""
     for spec in stages:
-        for extra in spec.commands:
+        for extra in spec.cli.commands:
             if extra.section == section:
                 command = commands.add_parser(extra.name, help=extra.help, description=extra.description)
                 extra.options(command)

@@ -28,4 +28,4 @@ def spec(name: str) -> StageSpec:
 
 def metrics_ports() -> dict[str, int]:
     """Each stage's default Prometheus port."""
-    return {each.name: each.metrics_port for each in ALL}
+    return {each.name: each.cli.metrics_port for each in ALL}

@@ -2,7 +2,9 @@
 
 A stage is its behaviour (a :class:`~streams.runtime.stage.Stage`: ``store()`` and ``init``) and one
 ``StageSpec`` beside it, in its own package (``streams/stages/<name>/spec.py``), which
-:mod:`streams.registry` lists. From the spec the command line makes the stage's command (worker and
+:mod:`streams.registry` lists: its name and topics, how it is built, its own settings
+(:class:`OwnSettings`), what it counts (:class:`Counts`) and its command line
+(:class:`CommandLine`). From the spec the command line makes the stage's command (worker and
 ``--offline``) and its extra commands, the runtime its :class:`~streams.runtime.topology.Topology`
 (the topics it reads, writes and keeps internally), the metrics endpoint its default port,
 ``python -m streams lag`` the topics its group reads, and ``docs/gen_config_table.py`` its
@@ -19,7 +21,7 @@ import argparse
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from streams import config
 from streams.config import RuntimeSettings
@@ -79,75 +81,102 @@ class LabelledCounter:
 
 
 @dataclass(frozen=True)
-class StageSpec:
-    """What the rest of the package needs to know of a stage.
+class Counts:
+    """What a stage counts, each a counter of :mod:`streams.ops.metrics`: ``decisions`` (the
+    decisions it takes, ``crawl_dedup_decisions_total{decision}``), ``labelled`` (its counts by
+    label value, :class:`LabelledCounter`: the page stage's racing copies) and ``events`` (its
+    other counts, :class:`EventCounter`: the URL stage's ``forgotten`` and ``expired``)."""
 
-    - ``name``: its command, its metrics label, its group and internal topics; ``help`` (and
-      ``description``) its command's.
-    - ``inputs``, ``outputs``: the names of the shared topics it reads and writes
-      (:meth:`streams.topics.Topics.named`); ``--offline`` writes what reaches the first output.
-    - ``internal``: its internal topics (:class:`~streams.runtime.topology.InternalTopic`), which the
-      runtime names, creates, changelogs and reshards.
-    - ``build(settings, runtime)``: the stage, given its own settings (:meth:`load_settings`) and the
-      runtime's.
-    - ``settings_class`` (``"module:Class"``) and ``settings_section``: its own settings, read from
-      that TOML section and ``STREAMS_<SECTION>_*`` (None: it has none).
-    - ``options``: its worker command's own options, ``overrides`` maps them onto its settings;
-      ``state_options``: those its state depends on (``reshard`` and its extra commands take them);
-      ``topic_options`` and ``topic_names``: options naming its topics (listed first), and the topics
-      they name, by declared name.
-    - ``commands``: its extra commands (:class:`Command`); ``offline``: it has ``--offline``.
-    - ``metrics_port``: its default Prometheus port; ``decisions``: the decisions it counts;
-      ``labelled``: its counts by label value (:class:`LabelledCounter`: the page stage's racing
-      copies);
-      ``events``: its other counts (:class:`EventCounter`: the URL stage's ``forgotten`` and
-      ``expired``), each a counter of :mod:`streams.ops.metrics`.
-    - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
-      canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
-      gives its own settings, loaded when first called (a settings class may import the whole
-      stage); None when its state is not kept by URL.
-    """
-
-    name: str
-    help: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    build: Callable[[Any, RuntimeSettings], Stage]
-    metrics_port: int
-    internal: tuple[InternalTopic, ...] = (InternalTopic("shards"),)
     decisions: tuple[str, ...] = ()
     labelled: tuple[LabelledCounter, ...] = ()
     events: tuple[EventCounter, ...] = ()
-    status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
-    settings_class: str | None = None
-    settings_section: str | None = None
+
+
+NO_COUNTS: Final = Counts()
+
+
+@dataclass(frozen=True)
+class OwnSettings:
+    """A stage's own settings: the class (``"module:Class"``, imported when first asked for: a
+    settings class may import the whole stage), read from the TOML section ``section`` and
+    ``STREAMS_<SECTION>_*``."""
+
+    class_path: str
+    section: str
+
+    def type(self) -> type[Any]:
+        module, _, name = self.class_path.partition(":")
+        found: type[Any] = getattr(importlib.import_module(module), name)
+        return found
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A stage's command line: its worker command and what else it offers an operator.
+
+    - ``help`` (and ``description``): its worker command's; ``offline``: it has ``--offline``;
+      ``metrics_port``: the worker's default Prometheus port.
+    - ``options``: its worker command's own options, ``overrides`` maps them onto its settings;
+      ``state_options``: those its state depends on (``reshard`` and its extra commands take them);
+      ``topic_options`` and ``topic_names``: options naming its topics (listed first), and the
+      topics they name, by declared name.
+    - ``commands``: its extra commands (:class:`Command`).
+    - ``status_key(settings, url, crawl)``: the state key its state keeps a URL under, and the
+      canonical URL it was made of (``crawl-dedup status`` asks the shard of that key); ``settings()``
+      gives its own settings, loaded when first called; None when its state is not kept by URL.
+    """
+
+    help: str
+    metrics_port: int
+    description: str | None = None
+    offline: bool = True
     options: Options = no_options
     overrides: Callable[[argparse.Namespace], dict[str, Any]] = no_overrides
     state_options: Options = no_options
     topic_options: Options = no_options
     topic_names: Callable[[argparse.Namespace], Mapping[str, str]] = no_renames
     commands: tuple[Command, ...] = ()
-    offline: bool = True
-    description: str | None = None
+    status_key: Callable[[Callable[[], Any], str, str], tuple[bytes, str]] | None = None
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What the rest of the package needs to know of a stage.
+
+    - ``name``: its command, its metrics label, its group and internal topics.
+    - ``inputs``, ``outputs``: the names of the shared topics it reads and writes
+      (:meth:`streams.topics.Topics.named`); ``--offline`` writes what reaches the first output.
+    - ``build(settings, runtime)``: the stage, given its own settings (:meth:`load_settings`) and the
+      runtime's.
+    - ``cli``: its command line (:class:`CommandLine`).
+    - ``internal``: its internal topics (:class:`~streams.runtime.topology.InternalTopic`), which the
+      runtime names, creates, changelogs and reshards.
+    - ``settings``: its own settings (:class:`OwnSettings`; None: it has none).
+    - ``counts``: what it counts beside the runtime (:class:`Counts`).
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    build: Callable[[Any, RuntimeSettings], Stage]
+    cli: CommandLine
+    internal: tuple[InternalTopic, ...] = (InternalTopic("shards"),)
+    settings: OwnSettings | None = None
+    counts: Counts = NO_COUNTS
 
     def settings_type(self) -> type[Any] | None:
-        if self.settings_class is None:
-            return None
-        module, _, name = self.settings_class.partition(":")
-        found: type[Any] = getattr(importlib.import_module(module), name)
-        return found
+        return None if self.settings is None else self.settings.type()
 
     def load_settings(self, args: argparse.Namespace) -> Any:
         """Its own settings: its TOML section and environment, its command-line options over them."""
-        settings_type = self.settings_type()
-        if settings_type is None or self.settings_section is None:
+        if self.settings is None:
             return None
-        return config.load(settings_type, self.settings_section, getattr(args, "config", None),
-                           **self.overrides(args))
+        return config.load(self.settings.type(), self.settings.section, getattr(args, "config", None),
+                           **self.cli.overrides(args))
 
     def topics(self, prefix: str, args: argparse.Namespace) -> Topics:
         """The deployment's topic names, with those its options name."""
-        return Topics(prefix, renamed=tuple(self.topic_names(args).items()))
+        return Topics(prefix, renamed=tuple(self.cli.topic_names(args).items()))
 
     def topology(self, topics: Topics, app_id: str) -> Topology:
         """Its topics in application ``app_id`` (of the generation ``topics`` names)."""

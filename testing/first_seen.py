@@ -23,7 +23,7 @@ from streams import cli
 from streams.config import RuntimeSettings
 from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, Message, Processors, Stage, StageContext, StoreSpec
-from streams.spec import StageSpec
+from streams.spec import CommandLine, StageSpec
 
 SEEN = b"\x01"
 
@@ -72,11 +72,11 @@ def _topic_names(args: argparse.Namespace) -> dict[str, str]:
 
 
 SPEC = StageSpec(
-    "first-seen", "a minimal stateful processor (benchmarks)", inputs=("input",), outputs=("output",),
-    build=_build, metrics_port=9413, topic_options=_topic_options, topic_names=_topic_names,
-    offline=False,
-    description="The runtime's minimal stateful processor: the first record of each key, once "
-                "(benchmarks and crash tests).")
+    "first-seen", inputs=("input",), outputs=("output",), build=_build,
+    cli=CommandLine("a minimal stateful processor (benchmarks)", metrics_port=9413, offline=False,
+                    topic_options=_topic_options, topic_names=_topic_names,
+                    description="The runtime's minimal stateful processor: the first record of each "
+                                "key, once (benchmarks and crash tests)."))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -90,9 +90,8 @@ def test_sections_are_the_ones_the_code_loads() -> None:
         for cls, section in re.findall(r'\bload\(\s*(?:[\w]+\.)*(\w+),\s*"(\w+)"', path.read_text()):
             loaded.add((section, cls))
     for spec in registry.STAGES:
-        settings_type = spec.settings_type()
-        if settings_type is not None:
-            loaded.add((str(spec.settings_section), settings_type.__name__))
+        if spec.settings is not None:
+            loaded.add((spec.settings.section, spec.settings.type().__name__))
     assert loaded == {(name, cls.__name__) for name, cls in _sections().items()}
 
 

@@ -77,10 +77,10 @@ COUNTERS = {  # crawl_dedup_<key>_total: help, labels beside "stage"
                        "elsewhere or still recovering), refused", ("answer",)),
 }
 EVENT_COUNTERS = {  # crawl_dedup_<series>_total, advanced from the stage's events: its spec declares them
-    counter.series: (counter.event, counter.help) for spec in stages.ALL for counter in spec.events
+    counter.series: (counter.event, counter.help) for spec in stages.ALL for counter in spec.counts.events
 }
 LABELLED_COUNTERS = {  # crawl_dedup_<series>_total{<label>}, from the stage's counts: its spec declares them
-    counter.series: counter for spec in stages.ALL for counter in spec.labelled
+    counter.series: counter for spec in stages.ALL for counter in spec.counts.labelled
 }
 STORE_GAUGES = {  # the keys of Measured.measurements() -> (series name, help), one series per shard
     "state_bytes": ("crawl_dedup_state_bytes",
@@ -197,14 +197,14 @@ class WorkerMetrics:
                 self.counters[key].labels(self.stage)
         own = next((spec for spec in stages.ALL if spec.name == self.stage), None)
         if own is not None:
-            for decision in own.decisions:
+            for decision in own.counts.decisions:
                 self.counters["decisions"].labels(self.stage, decision)
-            for labelled in own.labelled:
+            for labelled in own.counts.labelled:
                 for value in labelled.values:
                     self.counters[labelled.series].labels(self.stage, value)
-            if own.status_key is not None:
+            if own.cli.status_key is not None:
                 self.counters["status_queries"].labels(self.stage, "answered")
-            for counter in own.events:
+            for counter in own.counts.events:
                 self.counters[counter.series].labels(self.stage)
         self.batch_seconds.labels(self.stage)
         self.record_age.labels(self.stage)

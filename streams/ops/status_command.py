@@ -1,6 +1,6 @@
 """``crawl-dedup status URL...``: what the running stages say of each URL, from their owners' state.
 
-For each URL and each stage that keeps state by URL (``StageSpec.status_key``: the URL stage, the
+For each URL and each stage that keeps state by URL (``CommandLine.status_key``: the URL stage, the
 revisit stage, the page stage), the command computes the URL's state key as the stage does, the
 shard of that key, finds the worker owning that shard in the stage's consumer group
 (:mod:`streams.ops.owners`) and asks it over HTTP (``/status``, :mod:`streams.ops.status`). Every
@@ -71,7 +71,7 @@ class StatusClient:
         self._kafka = kafka
         self._admin: AdminClient | None = None  # made when the cluster is first asked
         self._timeout_s = timeout_s
-        self._specs = {spec.name: spec for spec in registry.STAGES if spec.status_key is not None}
+        self._specs = {spec.name: spec for spec in registry.STAGES if spec.cli.status_key is not None}
         self._load = settings if callable(settings) else (
             lambda name: settings[name] if name in settings else _defaults(self._specs[name]))
         self._settings: dict[str, Any] = {}
@@ -122,7 +122,7 @@ class StatusClient:
         return next(iter(found.values())) if len(found) == 1 else found
 
     def _key(self, name: str, url: str, crawl: str) -> tuple[bytes, str]:
-        status_key = self._specs[name].status_key
+        status_key = self._specs[name].cli.status_key
         assert status_key is not None
         return status_key(partial(self._settings_of, name), url, crawl)
 
@@ -242,12 +242,11 @@ def stage_settings(args: argparse.Namespace) -> Callable[[str], Any]:
     """What loads a stage's own settings as its workers read them (the URL stage's profile from
     ``--profile``), when the stage is first asked."""
     def load(name: str) -> Any:
-        spec = registry.spec(name)
-        settings_type = spec.settings_type()
-        if settings_type is None or spec.settings_section is None:
+        own = registry.spec(name).settings
+        if own is None:
             return None
         overrides = {"profile": args.profile} if name == URL_STAGE else {}
-        return config.load(settings_type, spec.settings_section, args.config, **overrides)
+        return config.load(own.type(), own.section, args.config, **overrides)
 
     return load
 

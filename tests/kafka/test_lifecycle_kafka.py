@@ -36,7 +36,7 @@ from streams.runtime.api import (
     ensure_topics,
 )
 from streams.runtime.kafka_io import produce_all
-from streams.spec import StageSpec
+from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics
 from testing.cli import run_cli
 from testing.operated import Worker, worker_env
@@ -132,8 +132,9 @@ class StallWord:
         return [Emit(self.output, word, word)]
 
 
-SPEC = StageSpec("stall-word", "each word once; 'stall' blocks while a file exists", metrics_port=9419,
-                 inputs=("words",), outputs=("first-words",), build=lambda _settings, _runtime: StallWord())
+SPEC = StageSpec("stall-word", inputs=("words",), outputs=("first-words",),
+                 build=lambda _settings, _runtime: StallWord(),
+                 cli=CommandLine("each word once; 'stall' blocks while a file exists", metrics_port=9419))
 
 
 def test_healthz_answers_503_while_the_loop_is_stalled(kafka: KafkaConfig, prefix: str,

@@ -14,7 +14,7 @@ from pathlib import Path
 from streams import cli
 from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, KafkaConfig, Message, Processors, StageContext, StoreSpec
-from streams.spec import StageSpec
+from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics
 
 
@@ -43,8 +43,9 @@ class FirstWord:
         return [Emit(self.output, word, word)]
 
 
-SPEC = StageSpec("first-word", "each distinct word once", metrics_port=9419, inputs=("words",),
-                 outputs=("first-words",), build=lambda _settings, _runtime: FirstWord())
+SPEC = StageSpec("first-word", inputs=("words",), outputs=("first-words",),
+                 build=lambda _settings, _runtime: FirstWord(),
+                 cli=CommandLine("each distinct word once", metrics_port=9419))
 
 
 def test_a_registered_stage_runs_exactly_once_through_sigkills(kafka: KafkaConfig, prefix: str,

@@ -36,7 +36,7 @@ from streams.runtime.api import (
     StageContext,
     StoreSpec,
 )
-from streams.spec import StageSpec
+from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics
 
 
@@ -114,11 +114,11 @@ class LetterCount:
         return []
 
 
-SPEC = StageSpec("letter-count", "each distinct word counted once, by its first letter", metrics_port=9418,
-                 inputs=("lines",), outputs=("letter-counts",),
+SPEC = StageSpec("letter-count", inputs=("lines",), outputs=("letter-counts",),
                  internal=(InternalTopic("scatter", {0: Word}),
                            InternalTopic("gather", {0: Tally, 1: Repeat})),
-                 build=lambda _settings, _runtime: LetterCount())
+                 build=lambda _settings, _runtime: LetterCount(),
+                 cli=CommandLine("each distinct word counted once, by its first letter", metrics_port=9418))
 
 
 def _lines(count: int) -> list[bytes]:

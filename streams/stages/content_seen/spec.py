@@ -11,7 +11,7 @@ from typing import Any
 
 from streams.config import RuntimeSettings
 from streams.runtime.api import InternalTopic, Stage
-from streams.spec import LabelledCounter, StageSpec
+from streams.spec import CommandLine, Counts, LabelledCounter, OwnSettings, StageSpec
 
 RECORDS = "streams.stages.content_seen.shard_records"
 
@@ -32,12 +32,12 @@ def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[byte
 
 
 SPEC = StageSpec(
-    "content-seen", "a verdict for every page; each content once", inputs=("fetched-pages",),
-    outputs=("page-verdicts", "unique-pages"), build=_build, metrics_port=9411,
+    "content-seen", inputs=("fetched-pages",), outputs=("page-verdicts", "unique-pages"), build=_build,
+    cli=CommandLine("a verdict for every page; each content once", metrics_port=9411,
+                    status_key=_status_key),
     internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=False),),
-    decisions=("unique", "exact", "near", "skipped"),
-    labelled=(LabelledCounter("race_matches", "event", ("in_time", "late"),
-                              "content-seen: earlier pages a probe met after the later page was probed: in "
-                              "time for its verdict, or late (its verdict stands)"),),
-    status_key=_status_key,
-    settings_class="streams.stages.content_seen.stage:ContentSeenSettings", settings_section="content_seen")
+    settings=OwnSettings("streams.stages.content_seen.stage:ContentSeenSettings", "content_seen"),
+    counts=Counts(decisions=("unique", "exact", "near", "skipped"), labelled=(
+        LabelledCounter("race_matches", "event", ("in_time", "late"),
+                        "content-seen: earlier pages a probe met after the later page was probed: in "
+                        "time for its verdict, or late (its verdict stands)"),)))

@@ -7,7 +7,7 @@ from typing import Any
 
 from streams.config import RuntimeSettings
 from streams.runtime.api import Stage
-from streams.spec import StageSpec
+from streams.spec import CommandLine, Counts, OwnSettings, StageSpec
 
 
 def _build(settings: Any, runtime: RuntimeSettings) -> Stage:
@@ -26,7 +26,8 @@ def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[byte
 
 
 SPEC = StageSpec(
-    "revisit", "page changes and each URL's next fetch time", inputs=("fetched-pages",),
-    outputs=("revisit-updates",), build=_build, metrics_port=9412,
-    decisions=("changed", "unchanged", "first"), status_key=_status_key,
-    settings_class="streams.stages.revisit.stage:RevisitSettings", settings_section="revisit")
+    "revisit", inputs=("fetched-pages",), outputs=("revisit-updates",), build=_build,
+    cli=CommandLine("page changes and each URL's next fetch time", metrics_port=9412,
+                    status_key=_status_key),
+    settings=OwnSettings("streams.stages.revisit.stage:RevisitSettings", "revisit"),
+    counts=Counts(decisions=("changed", "unchanged", "first")))

@@ -16,7 +16,7 @@ from typing import Any
 from streams import config
 from streams.config import RuntimeSettings
 from streams.runtime.api import Stage
-from streams.spec import Command, EventCounter, StageSpec
+from streams.spec import Command, CommandLine, Counts, EventCounter, OwnSettings, StageSpec
 from streams.topics import Topics
 
 NAME = "url-dedup"
@@ -119,21 +119,22 @@ def _status_key(settings: Callable[[], Any], url: str, crawl: str) -> tuple[byte
 
 
 SPEC = StageSpec(
-    NAME, "emit each new frontier URL once", inputs=("frontier",), outputs=("new-urls", "url-dedup-replies"),
-    build=_build, metrics_port=9410, decisions=("new", "seen"), events=EVENTS,
-    status_key=_status_key,
-    settings_class="streams.stages.url_dedup.settings:UrlDedupSettings", settings_section="url_dedup",
-    options=_options, overrides=_overrides, state_options=canonicalization_options,
-    commands=(
-        Command("url-dedup-migrate", "re-fingerprint the URL seen-set",
-                "Re-fingerprint the URL stage's seen-set for new canonicalization settings.",
-                _migrate_command_options, _migrate, "state"),
-        Command("forget", "make URLs new again: by URL, host, prefix or age",
-                "Make URLs new again: every running owner of the URL stage's shards lets them go in its "
-                "own transaction, and the next sighting of each is emitted to new-urls once more. "
-                "Prints how many were forgotten once every shard has applied it (docs/url-status-and-"
-                "forget.md).", _forget_options, _forget, "state"),
-        Command("canonicalize", "canonical URLs and fingerprints of stdin's URLs",
-                "URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines.",
-                canonicalization_options, _canonicalize, "tool"),
-    ))
+    NAME, inputs=("frontier",), outputs=("new-urls", "url-dedup-replies"), build=_build,
+    settings=OwnSettings("streams.stages.url_dedup.settings:UrlDedupSettings", "url_dedup"),
+    counts=Counts(decisions=("new", "seen"), events=EVENTS),
+    cli=CommandLine(
+        "emit each new frontier URL once", metrics_port=9410, status_key=_status_key,
+        options=_options, overrides=_overrides, state_options=canonicalization_options,
+        commands=(
+            Command("url-dedup-migrate", "re-fingerprint the URL seen-set",
+                    "Re-fingerprint the URL stage's seen-set for new canonicalization settings.",
+                    _migrate_command_options, _migrate, "state"),
+            Command("forget", "make URLs new again: by URL, host, prefix or age",
+                    "Make URLs new again: every running owner of the URL stage's shards lets them go in "
+                    "its own transaction, and the next sighting of each is emitted to new-urls once "
+                    "more. Prints how many were forgotten once every shard has applied it "
+                    "(docs/url-status-and-forget.md).", _forget_options, _forget, "state"),
+            Command("canonicalize", "canonical URLs and fingerprints of stdin's URLs",
+                    "URLs on stdin, one per line -> {url, canonical, fingerprint} JSON lines.",
+                    canonicalization_options, _canonicalize, "tool"),
+        )))
