@@ -4,7 +4,9 @@
    rest of ``streams/runtime/`` is the runtime's own, free to change shape (Kafka Streams keeps 14
    public files in ``processor/api/`` against 139 in ``processor/internals/`` for the same reason):
 
-   - ``streams/runtime/api.py``, the stage contract: all a stage (``streams/stages/``) may import;
+   - ``streams/runtime/api.py``, the stage contract, and ``streams/runtime/extras.py``, what a
+     stage may use beyond it (a store of its own kind, child processes, the cluster for its own
+     commands): all a stage (``streams/stages/``) may import;
    - ``streams/runtime/admin.py``, cluster administration (Kafka settings and reading, topics,
      running a stage, reshard): for the command line and everything else outside the stages;
    - ``streams/runtime/snapshot.py``, what a running worker publishes (its facts, totals,
@@ -14,9 +16,9 @@
 2. Development code stays development code: nothing in the package imports ``streams.dev`` (the
    demo and its simulated web) but the command line, for its ``demo`` command.
 
-3. The stage contract holds what stages use: every name ``streams/runtime/api.py`` exports is
-   imported from it by a module of the package outside the runtime (a name nothing uses is a
-   promise nobody asked for, kept up in every later change of the runtime).
+3. The stage contract holds what stages use: every name ``streams/runtime/api.py`` (and
+   ``extras.py``) exports is imported from it by a module of the package outside the runtime (a
+   name nothing uses is a promise nobody asked for, kept up in every later change of the runtime).
 
 Every import counts, at module level or inside a function, found as tools/import_cycles.py finds
 them.
@@ -33,16 +35,16 @@ from pathlib import Path
 from types import ModuleType
 
 RUNTIME = "streams.runtime"
-API, ADMIN, SNAPSHOT = (f"{RUNTIME}.{name}" for name in ("api", "admin", "snapshot"))
+API, EXTRAS, ADMIN, SNAPSHOT = (f"{RUNTIME}.{name}" for name in ("api", "extras", "admin", "snapshot"))
 # The runtime modules an importer outside the runtime may use: the first prefix it starts with
 # decides; a module no prefix names (integrations, spec, broker, pages, top-level modules...) gets
 # OTHERS.
 SURFACES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("streams.stages", (API,)),
-    ("streams.ops", (API, ADMIN, SNAPSHOT)),
-    ("streams.cli", (API, ADMIN, SNAPSHOT)),
+    ("streams.stages", (API, EXTRAS)),
+    ("streams.ops", (API, EXTRAS, ADMIN, SNAPSHOT)),
+    ("streams.cli", (API, EXTRAS, ADMIN, SNAPSHOT)),
 )
-OTHERS = (API, ADMIN)
+OTHERS = (API, EXTRAS, ADMIN)
 DEV = "streams.dev"
 DEV_USERS = ("streams.dev", "streams.cli")
 
@@ -86,10 +88,10 @@ def dev_users(package: Path) -> list[tuple[str, str]]:
             if (target == DEV or target.startswith(DEV + ".")) and not name.startswith(DEV_USERS)]
 
 
-def unused_contract(package: Path) -> list[str]:
-    """The names ``api.py`` exports (its ``__all__``) that no module outside the runtime imports
-    from it (``from streams.runtime.api import X``, anywhere in the module)."""
-    api_path = package / "runtime" / "api.py"
+def unused_contract(package: Path, module: str = "api") -> list[str]:
+    """The names ``runtime/<module>.py`` exports (its ``__all__``) that no module outside the runtime
+    imports from it (``from streams.runtime.<module> import X``, anywhere in the module)."""
+    api_path = package / "runtime" / f"{module}.py"
     exported: list[str] = []
     for node in ast.parse(api_path.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
@@ -99,7 +101,7 @@ def unused_contract(package: Path) -> list[str]:
         if (package / "runtime") in path.parents:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == API:
+            if isinstance(node, ast.ImportFrom) and node.module == f"{RUNTIME}.{module}":
                 imported.update(alias.name for alias in node.names)
     return [name for name in exported if name not in imported]
 
@@ -110,8 +112,8 @@ def main(argv: list[str]) -> int:
              for name, target in reaching_in(package)]
     found += [f"{name} imports {target}: development code, for the demo and the tests only"
               for name, target in dev_users(package)]
-    found += [f"{API} exports {name}, which nothing outside the runtime imports: drop it"
-              for name in unused_contract(package)]
+    found += [f"{RUNTIME}.{module} exports {name}, which nothing outside the runtime imports: drop it"
+              for module in ("api", "extras") for name in unused_contract(package, module)]
     for line in found:
         print(line)
     return 1 if found else 0

@@ -10,7 +10,7 @@ from scrapy.crawler import Crawler
 from streams import config
 from streams.errors import ConfigError
 from streams.integrations.requests import SCRAPY_CLASSES
-from streams.runtime.api import KafkaConfig
+from streams.runtime.extras import KafkaConfig
 from streams.topics import Topics
 
 BUFFER_PER_CONCURRENT_REQUEST = 32

@@ -34,7 +34,8 @@ from confluent_kafka.admin import AdminClient
 
 from streams import registry
 from streams.integrations.settings import CrawlSettings
-from streams.runtime.api import Topology, current_topics
+from streams.runtime.api import Topology
+from streams.runtime.extras import current_topics
 from streams.topics import Topics
 
 URL_STAGE = "url-dedup"

@@ -49,7 +49,7 @@ from streams.config import MetricsSettings
 from streams.ops.health import Bound, Endpoint, bind
 from streams.ops.lag import LagMonitor, PartitionLag, topic_partitions
 from streams.ops.status import WorkerStatus
-from streams.runtime.api import Measured
+from streams.runtime.extras import Measured
 from streams.runtime.snapshot import EngineSnapshot, LifecycleSnapshot, Published
 from streams.version import package_version
 

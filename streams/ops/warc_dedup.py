@@ -45,7 +45,8 @@ from streams.archives.revisit import Capture
 from streams.archives.warc_records import GZIP_MAGIC, MalformedWarc, RecordWriter, read_records
 from streams.errors import ConfigError, InputError, StateError
 from streams.ops.replay import grouped
-from streams.runtime.api import PartitionStore, RocksStore
+from streams.runtime.api import PartitionStore
+from streams.runtime.extras import RocksStore
 
 STORE_DIR: Final = "warc-dedup"
 LAYOUT_META: Final = "warc_dedup_layout"

@@ -24,17 +24,8 @@ from pathlib import Path
 import orjson
 
 from streams import cli
-from streams.runtime.api import (
-    BatchState,
-    Emit,
-    KafkaConfig,
-    Message,
-    Processors,
-    StageContext,
-    StoreSpec,
-    TopicSpec,
-    ensure_topics,
-)
+from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StoreSpec
+from streams.runtime.extras import KafkaConfig, TopicSpec, ensure_topics
 from streams.runtime.kafka_io import produce_all
 from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics

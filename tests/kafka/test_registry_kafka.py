@@ -13,7 +13,8 @@ from pathlib import Path
 
 from streams import cli
 from streams.errors import RecordRejected
-from streams.runtime.api import BatchState, Emit, KafkaConfig, Message, Processors, StageContext, StoreSpec
+from streams.runtime.api import BatchState, Emit, Message, Processors, StageContext, StoreSpec
+from streams.runtime.extras import KafkaConfig
 from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics
 

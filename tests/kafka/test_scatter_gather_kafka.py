@@ -29,13 +29,13 @@ from streams.runtime.api import (
     BatchState,
     Emit,
     InternalTopic,
-    KafkaConfig,
     Message,
     On,
     Processors,
     StageContext,
     StoreSpec,
 )
+from streams.runtime.extras import KafkaConfig
 from streams.spec import CommandLine, StageSpec
 from streams.topics import Topics
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from streams.runtime.api import this_process_cores
+from streams.runtime.extras import this_process_cores
 
 AUTO: Final = "auto"
 

@@ -38,7 +38,8 @@ from streams.pages.analyze import (
 )
 from streams.pages.decode import Skipped
 from streams.records import RecordKind
-from streams.runtime.api import Message, Pending, ProcessMap
+from streams.runtime.api import Message
+from streams.runtime.extras import Pending, ProcessMap
 from streams.stages.content_seen import payloads
 from streams.stages.content_seen.waiting import PageCache
 

@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from streams.archives.payload import SHA1_BYTES
 from streams.errors import ReshardRefused, StateError
 from streams.pages.blocks import BlockDesign
-from streams.runtime.api import Placed, partition_for
+from streams.runtime.api import partition_for
+from streams.runtime.extras import Placed
 from streams.stages.content_seen.buckets import SLOT_BYTES
 from streams.stages.content_seen.gather import GATHER_KEY, HORIZONS_KEY, QUEUE_KEY
 from streams.stages.content_seen.last_verdicts import PREFIX as LAST_VERDICT

@@ -61,8 +61,8 @@ from streams.runtime.api import (
     StateIdentity,
     StoreSpec,
     TransactionListener,
-    rocks_store,
 )
+from streams.runtime.extras import rocks_store
 from streams.stages.content_seen import buckets, cores, last_verdicts
 from streams.stages.content_seen.decide import Decider
 from streams.stages.content_seen.gather import Gatherer

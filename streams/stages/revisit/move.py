@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable
 
 from streams.errors import StateError
-from streams.runtime.api import KeyedMove, Placed
+from streams.runtime.extras import KeyedMove, Placed
 from streams.stages.revisit.budget import UNESTIMATED, BudgetState
 from streams.stages.revisit.history import decode_history
 from streams.stages.revisit.hosts import HOST_PREFIX, HostChanges, merge_hosts

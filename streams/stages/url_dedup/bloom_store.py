@@ -43,7 +43,8 @@ from typing import Final
 import orjson
 
 from streams.errors import StateError
-from streams.runtime.api import Measured, PartitionStore, disk_errors, private_dir
+from streams.runtime.api import PartitionStore
+from streams.runtime.extras import Measured, disk_errors, private_dir
 from streams.stages.url_dedup.bloom import BloomFilter, BloomFormatError, ScalableBloomFilter, bloom_size
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.errors import ConfigError, RecordRejected
-from streams.runtime.api import KafkaConfig, TopicSpec, current_topics, ensure_topics, partition_for
+from streams.runtime.api import partition_for
+from streams.runtime.extras import KafkaConfig, TopicSpec, current_topics, ensure_topics
 from streams.stages.url_dedup.forgetting import CONTROL_KEY, Control
 from streams.stages.url_dedup.marks import Selection
 from streams.stages.url_dedup.settings import UrlDedupSettings

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from streams import records
 from streams.broker.bootstrap import kafka_config
 from streams.errors import ConfigError, RecordRejected
-from streams.runtime.api import KafkaConfig, current_topics
+from streams.runtime.extras import KafkaConfig, current_topics
 from streams.stages.url_dedup.forget import STAGE, ForgetReport, canonical_host, forget, named_selection
 from streams.stages.url_dedup.marks import Selection
 from streams.stages.url_dedup.settings import UrlDedupSettings

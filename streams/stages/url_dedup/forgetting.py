@@ -42,7 +42,8 @@ import orjson
 from streams import records
 from streams.errors import RecordRejected, ReshardRefused
 from streams.records import RecordKind
-from streams.runtime.api import BatchState, Emit, KeyedMove, Message, Placed, partition_for
+from streams.runtime.api import BatchState, Emit, Message, partition_for
+from streams.runtime.extras import KeyedMove, Placed
 from streams.stages.url_dedup.marks import Selection, scoped_url, seen_at_ms
 from streams.stages.url_dedup.routing_memory import RoutingMemory
 from streams.urls import canonical

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from streams.errors import RecordRejected, ReshardRefused
-from streams.runtime.api import Placed
+from streams.runtime.extras import Placed
 from streams.stages.url_dedup import marks
 from streams.stages.url_dedup.forgetting import UrlDedupMove
 from streams.stages.url_dedup.settings import UrlDedupSettings

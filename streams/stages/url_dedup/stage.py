@@ -54,12 +54,12 @@ from streams.runtime.api import (
     OwnedShards,
     PartitionStore,
     Processors,
-    RocksStore,
     StageContext,
     StateIdentity,
     StoreSpec,
     partition_for,
 )
+from streams.runtime.extras import RocksStore
 from streams.stages.url_dedup import marks
 from streams.stages.url_dedup.forgetting import (
     CONTROL_KEY,
