@@ -1,10 +1,10 @@
 """``crawl-dedup reshard``, and a stage's migration, which is a reshard to the shard count it has.
 
 Both move a stage's state to a new generation in Kafka (:mod:`streams.runtime.reshard`: the workers
-stopped, the shard topic drained, the state copied, the switch the one commit point). A state built
-with other settings than the command's (another canonicalization for the URL stage) is rewritten
-on the way by the stage's store (``StoreSpec.rewrite``), or refused; ``url-dedup-migrate`` is that
-rewrite, to the shard count the state has.
+stopped, the shard topic drained, the state copied, the switch the one commit point). A reshard
+refuses a state built with other settings than the command's; ``url-dedup-migrate`` is a reshard
+to the shard count the state has that rewrites such a state by the stage's store
+(``StoreSpec.rewrite``: the URL stage re-fingerprints its URLs for another canonicalization).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from streams.topics import Topics
 
 
 def run(spec: StageSpec, args: argparse.Namespace, shards: int | None = None) -> int:
-    """Reshard ``spec``'s state to ``shards`` (None: the count it has, rewriting it in place) with
-    the settings ``args`` give; prints the steps and the report."""
+    """Reshard ``spec``'s state to ``shards`` with the settings ``args`` give, or (None) migrate it:
+    a reshard to the count it has that rewrites a state built with other settings; prints the
+    steps and the report."""
     settings = config.load(config.RuntimeSettings, "runtime", args.config, app_id=args.app_id)
     topic_settings = config.load(config.TopicSettings, "topics", args.config, prefix=args.topic_prefix)
     topics = Topics(topic_settings.prefix)
@@ -36,7 +37,7 @@ def run(spec: StageSpec, args: argparse.Namespace, shards: int | None = None) ->
     plan = ReshardPlan(topics, settings.app_id, spec.name, target,
                        topic_size_config(settings.max_record_bytes),
                        replication_for_command(kafka, topic_settings), args.wait_s, args.keep_old,
-                       tuple(each.name for each in spec.internal))
+                       tuple(each.name for each in spec.internal), rewrite=shards is None)
     report = reshard(kafka, plan, stage.store(), step=lambda name: print(f"reshard: {name}", flush=True))
     if report.rewritten is not None:
         print(report.rewritten)

@@ -15,9 +15,10 @@ one, with the workers stopped (they drained, :mod:`streams.runtime.drain`), in n
 3. :func:`_copy_state`: every live entry of the old changelog, partition by partition, goes to the
    new changelog's partition the stage's :class:`~streams.runtime.moves.StateMove` gives it; the
    stage's identity entries go to every new shard. The new shard topic starts empty. A state built
-   with another identity than this build's (other settings, an older version) is moved by the
-   store's ``rewrite``, which makes its entries this build's (the URL stage's migration to new
-   canonicalization settings is a reshard to the same shard count), or refused without one.
+   with another identity than this build's (other settings, an older version) is refused, unless
+   the plan asks for the store's ``rewrite``, which makes its entries this build's: the URL stage's
+   migration to new canonicalization settings is a reshard to the same shard count that asks for
+   it.
 4. :func:`_switch`: the generations record names the new generation and its shard count: the one
    commit point. Workers started with ``shards=N`` rebuild their local stores from the new changelog
    (a worker's stores of an earlier generation are removed, :mod:`streams.runtime.runner`). The old
@@ -66,6 +67,10 @@ class ReshardPlan:
     wait_s: float = 60.0  # for the group to empty
     keep_old: bool = False
     internal: tuple[str, ...] = ("shards",)  # the names of the stage's internal topics
+    # A state built with another identity is rewritten by the store's rewrite (a stage's migration,
+    # asked for by name: url-dedup-migrate); False refuses it, so a reshard run with the wrong
+    # settings changes nothing.
+    rewrite: bool = False
 
     def internal_topics(self, topics: Topics) -> list[str]:
         return [topics.internal(self.app_id, self.stage, name) for name in self.internal]
@@ -116,7 +121,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
     try:
         report.entries_read, report.entries_written, report.rewritten = _copy_state(
             kafka, old.changelog(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage),
-            store, current.shards, plan.shards)
+            store, current.shards, plan.shards, plan.rewrite)
     except (ReshardRefused, StateError):
         _delete_topics(kafka, [*plan.internal_topics(new), new.changelog(plan.app_id, plan.stage)])
         write_generation(kafka, _generations_topic(plan), current, plan.replication)
@@ -204,7 +209,7 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
 
 
 def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, store: StoreSpec,
-                old_shards: int, shards: int) -> tuple[int, int, str | None]:
+                old_shards: int, shards: int, rewrites: bool = False) -> tuple[int, int, str | None]:
     """Each old partition's live entries, placed by the store's layout (or its rewrite, for a state
     built with another identity); identity entries to every new shard. Returns (entries read,
     entries written, what the rewrite did or None). A partition is read whole before its entries
@@ -222,7 +227,8 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, stor
             if key is not None:
                 live[key] = message.value()
         if move is None and any(value is not None for value in live.values()):  # an empty one tells nothing
-            rewrite = _rewrite_for(store, live, f"{old_changelog}[{partition}]", old_shards, shards)
+            where = f"{old_changelog}[{partition}]"
+            rewrite = _rewrite_for(store, live, where, old_shards, shards) if rewrites else None
             move = rewrite or store.layout(old_shards, shards)
         for key, value in live.items():
             if value is None:

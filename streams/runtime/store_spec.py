@@ -91,8 +91,8 @@ class StoreSpec:
       (:mod:`streams.runtime.moves`); a store without one cannot be resharded.
     - ``rewrite``: how a state built with another identity is made this build's, its entries moved
       and rewritten (the URL stage re-fingerprints its URLs for new canonicalization settings), by
-      a reshard (:mod:`streams.runtime.reshard`; to the same shard count, the stage's migration);
-      None: such a state is refused, as a worker refuses it.
+      a reshard that asks for it (:mod:`streams.runtime.reshard`; to the same shard count, the
+      stage's migration); without it, or not asked, such a state is refused, as a worker refuses it.
     """
 
     open: StoreOpener = field(default_factory=RocksOpener)

@@ -129,6 +129,9 @@ def test_a_new_profile_is_refused_until_migrated(kafka: KafkaConfig, prefix: str
                       "--state-dir", str(tmp_path), "--shards", "4", "--idle-exit-s", "2",
                       "--profile", "aggressive")
     assert refused.returncode == 2 and b"url-dedup-migrate" in refused.stderr
+    resharded = run_cli(kafka, "reshard", "--stage", "url-dedup", "--shards", "4", "--topic-prefix", prefix,
+                        "--app-id", "app", "--profile", "aggressive")  # no migration by mistake
+    assert resharded.returncode != 0 and b"with the settings it was built with" in resharded.stderr
 
     migrated = run_cli(kafka, "url-dedup-migrate", "--topic-prefix", prefix, "--app-id", "app",
                        "--profile", "aggressive")
