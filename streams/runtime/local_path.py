@@ -14,6 +14,11 @@ sees one worker's records in the order they were sent, as through the topic. The
 decide a record read from the topic and one decided here: a stage has one entry point per
 processor, and never asks which shards it owns.
 
+A record a shard sends to itself (same topic, same partition) goes through the topic, always: it is
+how a processor goes on in a later transaction (the URL stage's forget scans a shard one part per
+transaction, each part sending the next part's record to its own partition), and deciding it at
+once would run every part in one transaction, however large the shard.
+
 *Settled* (:mod:`streams.runtime.backlog`): a shard just taken may still hold records in its topic
 that were routed to it before; until they are decided its records go through the topic too, after
 them. A sighting routed by another worker is decided when its record arrives, and finds what was
@@ -94,10 +99,12 @@ class LocalPath:
     may be decided here; ``shards``: the shard count (a record's shard, when it names none, is its
     key's, :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
     local record its processor refused (None: the refusal is raised to the caller, offline).
-    ``settled_only``: wait for a shard's backlog (the engine; offline there is none). ``counts``:
-    the records decided here, by topic (the worker's metrics)."""
+    ``settled_only``: wait for a shard's backlog, and send a shard's records to itself through the
+    topic (the engine; offline there is no backlog, and no later transaction: the line is decided
+    whole). ``counts``: the records decided here, by topic (the worker's metrics)."""
 
-    __slots__ = ("_check", "_counts", "_handlers", "_local", "_owned", "_refuse", "_settled_only", "_shards")
+    __slots__ = ("_check", "_counts", "_handlers", "_local", "_owned", "_refuse", "_self_sends",
+                 "_settled_only", "_shards")
 
     def __init__(self, handlers: Mapping[str, ShardHandler], local: frozenset[str], shards: int,
                  owned: OwnedShards, refuse: Refuse | None = None, check: Check = _nothing_to_check,
@@ -109,6 +116,7 @@ class LocalPath:
         self._refuse: Final = refuse
         self._check: Final = check
         self._settled_only: Final = settled_only
+        self._self_sends: Final = not settled_only
         self._counts: Final[dict[str, int]] = {} if counts is None else counts
 
     @property
@@ -121,43 +129,49 @@ class LocalPath:
         a local topic decided here, and what those decided emit in turn: what is left to produce,
         in order."""
         local = self._local
+        sender = (origin.topic() or "", origin.partition() or 0)
         if len(emits) == 1:  # most records send one (a URL to its shard): no queue for it
-            if emits[0].topic not in local:
+            emit = emits[0]
+            if emit.topic not in local:
                 return emits
-            caused = self._decide(emits[0], origin)
+            caused = self._decide(emit, origin, sender)
             if caused is None:
                 return emits
-            if not any(emit.topic in local for emit in caused):
+            if not any(each.topic in local for each in caused):
                 return caused
-            return self._queue(caused, origin)
+            return self._queue(caused, origin, (emit.topic, self._shard_of(emit) or 0))
         if any(emit.topic in local for emit in emits):
-            return self._queue(emits, origin)
+            return self._queue(emits, origin, sender)
         return emits
 
-    def _queue(self, emits: list[Emit], origin: Message) -> list[Emit]:
-        """Each of ``emits`` decided here or left, and what those decided cause after them (first in,
-        first out)."""
+    def _queue(self, emits: list[Emit], origin: Message, sender: tuple[str, int]) -> list[Emit]:
+        """Each of ``emits`` (sent by ``sender``, a topic and partition) decided here or left, and
+        what those decided cause after them (first in, first out)."""
         local = self._local
-        pending = list(emits)  # read from ``at`` on, what the decided records cause appended
+        pending = [(emit, sender) for emit in emits]  # read from ``at`` on; what is decided, appended
         out: list[Emit] = []
         at = 0
         while at < len(pending):
-            emit = pending[at]
+            emit, by = pending[at]
             at += 1
-            caused = self._decide(emit, origin) if emit.topic in local else None
+            caused = self._decide(emit, origin, by) if emit.topic in local else None
             if caused is None:
                 out.append(emit)
             else:
-                pending.extend(caused)
+                sent_by = (emit.topic, self._shard_of(emit) or 0)
+                pending.extend((each, sent_by) for each in caused)
         return out
 
-    def _decide(self, emit: Emit, origin: Message) -> list[Emit] | None:
-        """What ``emit`` (of a local topic) causes, decided here; None when its shard is not owned
-        and settled here (it goes through its topic); its dead letter when it is refused."""
+    def _decide(self, emit: Emit, origin: Message, sender: tuple[str, int]) -> list[Emit] | None:
+        """What ``emit`` (of a local topic, sent by ``sender``) causes, decided here; None when its
+        shard is not owned and settled here, or when a shard sends it to itself (it goes through its
+        topic); its dead letter when it is refused."""
         partition = self._shard_of(emit)
         state = None if partition is None else self._state(partition)
         if state is None or partition is None:
             return None
+        if not self._self_sends and partition == sender[1] and emit.topic == sender[0]:
+            return None  # a shard's record to itself: how a processor goes on in a later transaction
         record = LocalRecord(emit.topic, partition, emit.key, emit.value, origin)
         counts = self._counts
         counts[emit.topic] = counts.get(emit.topic, 0) + 1

@@ -106,6 +106,25 @@ def test_a_local_record_reads_as_its_topic_shard_key_and_value_with_no_offset() 
     assert record.timestamp() == ORIGIN.timestamp() and record.origin is ORIGIN
 
 
+def test_a_record_a_shard_sends_itself_goes_through_its_topic_but_offline() -> None:
+    """How a processor goes on in a later transaction (a forget's next part): never decided at once
+    by a worker, whatever it owns; offline, where the line is decided whole, it is."""
+    def again(message: Message, state: BatchState) -> list[Emit]:
+        return [Emit("a", b"next", b"k", message.partition())] if message.value() == b"first" else []
+    shards = OwnedShards({1: MemoryStore()})
+    shards.begin()
+    routed, from_topic = LineMessage("in", 0, b"x"), LineMessage("a", 5, b"first", b"k", 1)
+    worker = LocalPath({"a": again}, frozenset({"a"}), SHARDS, shards)
+    # "first", routed from an input, is decided at once; the record it sends its own shard is not
+    first = [Emit("a", b"first", b"k", 1)]
+    assert [(e.topic, e.value) for e in worker.run(first, routed)] == [("a", b"next")]
+    state = shards.state(1)
+    assert state is not None  # nor is the one a shard's record read from its topic sends it
+    assert [(e.topic, e.value) for e in worker.run(again(from_topic, state), from_topic)] == [("a", b"next")]
+    offline = LocalPath({"a": again}, frozenset({"a"}), SHARDS, shards, settled_only=False)
+    assert offline.run(first, routed) == []
+
+
 def test_a_shard_with_a_backlog_is_left_to_its_topic_until_it_settles() -> None:
     shards = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
     shards.begin()
