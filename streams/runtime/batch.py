@@ -80,9 +80,9 @@ class OwnedShards:
     :meth:`state`, and so are records sent to an owned shard in the same transaction
     (:mod:`streams.runtime.local_path`): both see the same writes, which commit or abort together.
     Ownership changes only between batches (a rebalance runs inside the consumer's poll, never
-    during a transaction). ``first_use`` is called
-    with each shard's state when a transaction first reads it (the runtime checks the shard's
-    identity there, :class:`streams.runtime.identity.ShardIdentities`).
+    during a transaction). ``first_use`` is called with each shard's state when a transaction
+    first reads it (the runtime checks the shard's identity there,
+    :class:`streams.runtime.identity.ShardIdentities`).
 
     ``generation`` counts this worker's assignments and revocations (of its input partitions too):
     a stage that keeps anything about what it owns (the page stage's :mod:`local path

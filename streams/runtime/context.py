@@ -100,8 +100,7 @@ class StageContext:
 
     def internal(self, name: str) -> InternalStream:
         """The internal topic the stage declares as ``name``: where to send records to a shard."""
-        declared = self._topology.internal_topic(name)
-        topic = next(topic for each, topic in self._topology.shard_sources() if each is declared)
+        declared, topic = self._topology.internal_topic(name)
         return InternalStream(declared, topic, self.shards)
 
     # -- services asked for in init --------------------------------------------------------------

@@ -99,24 +99,22 @@ class LocalPath:
     may be decided here; ``shards``: the shard count (a record's shard, when it names none, is its
     key's, :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
     local record its processor refused (None: the refusal is raised to the caller, offline).
-    ``settled_only``: wait for a shard's backlog, and send a shard's records to itself through the
-    topic (the engine; offline there is no backlog, and no later transaction: the line is decided
-    whole). ``counts``: the records decided here, by topic (the worker's metrics)."""
+    ``offline``: the offline driver's: no shard has a backlog to wait for, and a shard's record to
+    itself is decided at once too (there is no later transaction: the line is decided whole).
+    ``counts``: the records decided here, by topic (the worker's metrics)."""
 
-    __slots__ = ("_check", "_counts", "_handlers", "_local", "_owned", "_refuse", "_self_sends",
-                 "_settled_only", "_shards")
+    __slots__ = ("_check", "_counts", "_handlers", "_local", "_offline", "_owned", "_refuse", "_shards")
 
     def __init__(self, handlers: Mapping[str, ShardHandler], local: frozenset[str], shards: int,
                  owned: OwnedShards, refuse: Refuse | None = None, check: Check = _nothing_to_check,
-                 settled_only: bool = True, counts: dict[str, int] | None = None) -> None:
+                 offline: bool = False, counts: dict[str, int] | None = None) -> None:
         self._handlers: Final = {topic: handler for topic, handler in handlers.items() if topic in local}
         self._local: Final = frozenset(self._handlers)
         self._shards: Final = shards
         self._owned: Final = owned
         self._refuse: Final = refuse
         self._check: Final = check
-        self._settled_only: Final = settled_only
-        self._self_sends: Final = not settled_only
+        self._offline: Final = offline
         self._counts: Final[dict[str, int]] = {} if counts is None else counts
 
     @property
@@ -132,14 +130,13 @@ class LocalPath:
         sender = (origin.topic() or "", origin.partition() or 0)
         if len(emits) == 1:  # most records send one (a URL to its shard): no queue for it
             emit = emits[0]
-            if emit.topic not in local:
-                return emits
-            caused = self._decide(emit, origin, sender)
-            if caused is None:
+            partition = self._shard_of(emit) if emit.topic in local else None
+            caused = None if partition is None else self._decide(emit, partition, origin, sender)
+            if caused is None or partition is None:
                 return emits
             if not any(each.topic in local for each in caused):
                 return caused
-            return self._queue(caused, origin, (emit.topic, self._shard_of(emit) or 0))
+            return self._queue(caused, origin, (emit.topic, partition))
         if any(emit.topic in local for emit in emits):
             return self._queue(emits, origin, sender)
         return emits
@@ -154,24 +151,24 @@ class LocalPath:
         while at < len(pending):
             emit, by = pending[at]
             at += 1
-            caused = self._decide(emit, origin, by) if emit.topic in local else None
-            if caused is None:
+            partition = self._shard_of(emit) if emit.topic in local else None
+            caused = None if partition is None else self._decide(emit, partition, origin, by)
+            if caused is None or partition is None:
                 out.append(emit)
             else:
-                sent_by = (emit.topic, self._shard_of(emit) or 0)
-                pending.extend((each, sent_by) for each in caused)
+                pending.extend((each, (emit.topic, partition)) for each in caused)
         return out
 
-    def _decide(self, emit: Emit, origin: Message, sender: tuple[str, int]) -> list[Emit] | None:
-        """What ``emit`` (of a local topic, sent by ``sender``) causes, decided here; None when its
-        shard is not owned and settled here, or when a shard sends it to itself (it goes through its
-        topic); its dead letter when it is refused."""
-        partition = self._shard_of(emit)
-        state = None if partition is None else self._state(partition)
-        if state is None or partition is None:
-            return None
-        if not self._self_sends and partition == sender[1] and emit.topic == sender[0]:
+    def _decide(self, emit: Emit, partition: int, origin: Message,
+                sender: tuple[str, int]) -> list[Emit] | None:
+        """What ``emit`` (of a local topic, for shard ``partition``, sent by ``sender``) causes,
+        decided here; None when a shard sends it to itself, or its shard is not owned and settled
+        here (it goes through its topic); its dead letter when it is refused."""
+        if not self._offline and partition == sender[1] and emit.topic == sender[0]:
             return None  # a shard's record to itself: how a processor goes on in a later transaction
+        state = self._owned.state(partition) if self._offline else self._owned.settled(partition)
+        if state is None:
+            return None
         record = LocalRecord(emit.topic, partition, emit.key, emit.value, origin)
         counts = self._counts
         counts[emit.topic] = counts.get(emit.topic, 0) + 1
@@ -193,9 +190,3 @@ class LocalPath:
             return partition
         key = emit.key
         return None if key is None else partition_for(key, self._shards)
-
-    def _state(self, partition: int) -> BatchState | None:
-        """The state of shard ``partition`` when a record of it may be decided here, else None."""
-        if self._settled_only:
-            return self._owned.settled(partition)
-        return self._owned.state(partition)

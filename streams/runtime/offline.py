@@ -128,7 +128,7 @@ class OfflineDriver:
         self._route = processors.route
         # Every internal topic is the local path here: there is no topic, and every shard is owned.
         self._local = LocalPath(shard_handlers(topology, processors), frozenset(topology.shard_topics), 1,
-                                self.owned, settled_only=False)
+                                self.owned, offline=True)
         self._services = context.services
         self._listeners = Listeners([self._identities, *context.services.listeners])
 

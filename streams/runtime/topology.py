@@ -140,23 +140,21 @@ class Topology:
                 return topic
         raise ConfigError(f"stage {self.stage} declares no output {name!r}")
 
-    def shard_sources(self) -> list[tuple[InternalTopic, str]]:
-        """The topics whose partition *i* belongs to shard *i* (the internal topics), declared."""
-        return list(self.internal)
-
     @property
     def shard_topics(self) -> list[str]:
-        return [topic for _, topic in self.shard_sources()]
+        """The topics whose partition *i* belongs to shard *i*: the internal topics."""
+        return [topic for _, topic in self.internal]
 
     @property
     def local_topics(self) -> frozenset[str]:
         """The shard topics with a local path (:attr:`InternalTopic.local`)."""
-        return frozenset(topic for declared, topic in self.shard_sources() if declared.local)
+        return frozenset(topic for declared, topic in self.internal if declared.local)
 
-    def internal_topic(self, name: str) -> InternalTopic:
-        for each, _ in self.shard_sources():
+    def internal_topic(self, name: str) -> tuple[InternalTopic, str]:
+        """The internal topic declared as ``name``, and its topic."""
+        for each, topic in self.internal:
             if each.name == name:
-                return each
+                return each, topic
         raise ConfigError(f"stage {self.stage} declares no internal topic {name!r}")
 
 
@@ -220,7 +218,7 @@ class TypedHandler:
 def shard_handlers(topology: Topology, processors: Processors) -> dict[str, ShardHandler]:
     """Each shard topic's handler, by topic; refuses processors that do not match the declaration."""
     found: dict[str, ShardHandler] = {}
-    sources = topology.shard_sources()
+    sources = topology.internal
     unknown = sorted(set(processors.shards) - {declared.name for declared, _ in sources})
     if unknown:
         raise ConfigError(f"stage {topology.stage} has processors of undeclared topics {unknown}")

@@ -121,7 +121,7 @@ def test_a_record_a_shard_sends_itself_goes_through_its_topic_but_offline() -> N
     state = shards.state(1)
     assert state is not None  # nor is the one a shard's record read from its topic sends it
     assert [(e.topic, e.value) for e in worker.run(again(from_topic, state), from_topic)] == [("a", b"next")]
-    offline = LocalPath({"a": again}, frozenset({"a"}), SHARDS, shards, settled_only=False)
+    offline = LocalPath({"a": again}, frozenset({"a"}), SHARDS, shards, offline=True)
     assert offline.run(first, routed) == []
 
 
