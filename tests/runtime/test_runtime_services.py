@@ -15,7 +15,6 @@ from streams.runtime.api import (
     BatchState,
     Emit,
     InternalTopic,
-    Message,
     On,
     Processors,
     StageContext,
@@ -159,33 +158,11 @@ def test_an_assignment_that_splits_a_shard_between_workers_is_refused() -> None:
         engine.step()
 
 
-class Keyed:
-    """A stage that sends each record on by its own key and emits each key once (testing/first_seen.py)."""
-
-    def store(self) -> StoreSpec:
-        return StoreSpec()
-
-    def close(self) -> None:
-        pass
-
-    def init(self, context: StageContext) -> Processors:
-        self.output = context.output("out")
-        return Processors(route=lambda message: [Emit("shards", message.value(), message.key())],
-                          shards={"shards": self.process})
-
-    def process(self, message: Message, state: BatchState) -> list[Emit]:
-        key = message.key() or b""
-        if state.get(key) is not None:
-            return []
-        state.set(key, b"1")
-        return [Emit(self.output, message.value(), key)]
-
-
 def test_offline_the_same_services_run_one_line_at_a_time() -> None:
     """A scheduled callback offline sees each line's position, once, and what it sends is processed."""
     seen: list[object] = []
 
-    class Reporting(Keyed):
+    class Reporting(EchoStage):
         def init(self, context: StageContext) -> Processors:
             context.each_transaction(lambda positions: seen.append(positions) or [])
             return Processors(route=lambda message: [Emit("shards", b"v", message.value())],
@@ -198,7 +175,7 @@ def test_offline_the_same_services_run_one_line_at_a_time() -> None:
 
 
 def test_a_stage_that_asks_for_nothing_gets_services_that_do_nothing() -> None:
-    context, _ = bind(Keyed(), plain_topology(), 1, OwnedShards({}))
+    context, _ = bind(EchoStage(), plain_topology(), 1, OwnedShards({}))
     services = context.services
     assert services.prepare([]) == 0 and services.ready_for_input() and services.listeners == []
     assert services.punctuators.run(None) == []
