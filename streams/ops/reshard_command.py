@@ -39,8 +39,8 @@ def run(spec: StageSpec, args: argparse.Namespace, shards: int | None = None) ->
                        replication_for_command(kafka, topic_settings), args.wait_s, args.keep_old,
                        tuple(each.name for each in spec.internal), rewrite=shards is None)
     report = reshard(kafka, plan, stage.store(), step=lambda name: print(f"reshard: {name}", flush=True))
-    if report.rewritten is not None:
-        print(report.rewritten)
+    if report.moved is not None:
+        print(report.moved)
     elif shards is None:
         print("the state was built with these settings already: copied as it was")
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "

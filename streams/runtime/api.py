@@ -17,11 +17,11 @@ What a stage is made of (after Kafka Streams' processor API):
 - :class:`StageContext`: the services (shards, outputs, internal topics as :class:`InternalStream`,
   transaction listeners (:class:`TransactionListener`), callbacks last in each transaction, input
   preparation, dead letters, counts);
-- :class:`StoreSpec` and :class:`StateIdentity`: its store, declared; :class:`PartitionStore`: a
-  shard's committed store, as a worker's ``/status`` reads it;
-- the values its processors handle: :class:`Message`, :class:`Emit`, :class:`BatchState`,
-  :class:`OwnedShards`, :class:`InputPositions`, :class:`InputReader`; :func:`partition_for` (the
-  shard of a key).
+- :class:`StoreSpec` and :class:`StateIdentity`: its store, declared, with its named stores
+  (:class:`Table`, :mod:`streams.runtime.tables`); :class:`PartitionStore`: a shard's committed
+  store, as a worker's ``/status`` reads it;
+- the values its processors handle: :class:`Message`, :class:`Emit`, :class:`BatchState`;
+  :func:`partition_for` (the shard of a key).
 
 A stage's topics, settings and command line are declared in its :class:`streams.spec.StageSpec`,
 which turns the declaration into the runtime's :class:`Topology`.
@@ -29,18 +29,19 @@ which turns the declaration into the runtime's :class:`Topology`.
 
 from __future__ import annotations
 
-from streams.runtime.batch import BatchState, Emit, OwnedShards
+from streams.runtime.batch import BatchState, Emit
 from streams.runtime.context import StageContext
 from streams.runtime.listeners import TransactionListener
-from streams.runtime.message import InputPositions, InputReader, Message
+from streams.runtime.message import Message
 from streams.runtime.partitioner import partition_for
 from streams.runtime.stage import Stage
 from streams.runtime.store import PartitionStore
 from streams.runtime.store_spec import StateIdentity, StoreSpec
+from streams.runtime.tables import Table
 from streams.runtime.topology import InternalStream, InternalTopic, On, Processors, Topology
 
 __all__ = [
-    "BatchState", "Emit", "InputPositions", "InputReader", "InternalStream", "InternalTopic", "Message", "On",
-    "OwnedShards", "PartitionStore", "Processors", "Stage", "StageContext", "StateIdentity", "StoreSpec",
-    "Topology", "TransactionListener", "partition_for",
+    "BatchState", "Emit", "InternalStream", "InternalTopic", "Message", "On", "PartitionStore", "Processors",
+    "Stage", "StageContext", "StateIdentity", "StoreSpec", "Table", "Topology", "TransactionListener",
+    "partition_for",
 ]

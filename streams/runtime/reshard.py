@@ -46,6 +46,7 @@ from streams.runtime.generations import Generation, read_generation, write_gener
 from streams.runtime.kafka_io import KafkaConfig, partition_count, pending_records, read_from
 from streams.runtime.moves import Placed, StateMove, StateRewrite
 from streams.runtime.store_spec import StoreSpec
+from streams.runtime.tables import TablesMove
 from streams.runtime.topic_admin import COMPACTED, Replication, TopicSpec, ensure_topics
 from streams.topics import Topics
 
@@ -85,7 +86,7 @@ class ReshardReport:
     to_shards: int
     entries_read: int = 0
     entries_written: int = 0
-    rewritten: str | None = None  # the store's rewrite ran: what it says it did
+    moved: str | None = None  # what the store's rewrite, or its tables' moves, say they did
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -96,7 +97,7 @@ class ReshardReport:
 def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
             step: Step | None = None) -> ReshardReport:
     """Move the stage's state to ``plan.shards`` shards; see the module docstring for the steps."""
-    store.layout(1, 1)  # refuses a store that declares no way to move its state, before anything
+    store.move(1, 1)  # refuses a store that declares no way to move its state, before anything
     tell = step or (lambda name: None)
     began = time.monotonic()
     tell("begin")
@@ -119,7 +120,7 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
     copied = time.monotonic()
     _create_topics(kafka, plan, new)
     try:
-        report.entries_read, report.entries_written, report.rewritten = _copy_state(
+        report.entries_read, report.entries_written, report.moved = _copy_state(
             kafka, old.changelog(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage),
             store, current.shards, plan.shards, plan.rewrite)
     except (ReshardRefused, StateError):
@@ -210,10 +211,11 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
 
 def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, store: StoreSpec,
                 old_shards: int, shards: int, rewrites: bool = False) -> tuple[int, int, str | None]:
-    """Each old partition's live entries, placed by the store's layout (or its rewrite, for a state
+    """Each old partition's live entries, placed by the store's move (or its rewrite, for a state
     built with another identity); identity entries to every new shard. Returns (entries read,
-    entries written, what the rewrite did or None). A partition is read whole before its entries
-    are placed (a compacted changelog may still hold a key's older values, and its tombstones)."""
+    entries written, what the rewrite or the tables' moves did, or None). A partition is read whole
+    before its entries are placed (a compacted changelog may still hold a key's older values, and
+    its tombstones)."""
     count = partition_count(kafka, old_changelog) or 0
     identity = store.identity.entries
     producer = _Writer(kafka, new_changelog)
@@ -229,7 +231,7 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, stor
         if move is None and any(value is not None for value in live.values()):  # an empty one tells nothing
             where = f"{old_changelog}[{partition}]"
             rewrite = _rewrite_for(store, live, where, old_shards, shards) if rewrites else None
-            move = rewrite or store.layout(old_shards, shards)
+            move = rewrite or store.move(old_shards, shards)
         for key, value in live.items():
             if value is None:
                 continue
@@ -242,10 +244,13 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, stor
                 continue
             assert move is not None  # chosen above, for the first partition with live entries
             producer.write(move.place(partition, key, value))
-    producer.write((move or store.layout(old_shards, shards)).finish())
+    move = move or store.move(old_shards, shards)
+    producer.write(move.finish())
     producer.write((shard, key, value) for shard in range(shards) for key, value in identity.items())
     producer.close()
-    return read, producer.written, None if rewrite is None else rewrite.summary()
+    if rewrite is not None:
+        return read, producer.written, rewrite.summary()
+    return read, producer.written, move.summary() if isinstance(move, TablesMove) else None
 
 
 def _rewrite_for(store: StoreSpec, first: Mapping[bytes, bytes | None], where: str, old_shards: int,

@@ -18,6 +18,7 @@ from typing import Final
 from streams.errors import ReshardRefused, StreamsError
 from streams.runtime.moves import StateMove, StateRewrite
 from streams.runtime.store import PartitionStore, RocksStore
+from streams.runtime.tables import Table, TablesMove, check_tables
 
 # (path, shard count, block cache MB, memtable MB)
 StoreOpener = Callable[[Path, int, int, int], PartitionStore]
@@ -73,10 +74,6 @@ def rocks_store(point_read_prefix_bytes: int | None) -> StoreOpener:
     return RocksOpener(point_read_prefix_bytes)
 
 
-def _not_movable(old_shards: int, shards: int) -> StateMove:
-    raise ReshardRefused("this stage declares no way to move its state (StoreSpec.layout)")
-
-
 @dataclass(frozen=True)
 class StoreSpec:
     """A stage's shard store (see the module docstring).
@@ -87,8 +84,11 @@ class StoreSpec:
       one, a dataclass): a restore from an empty state directory opens stores in processes of its
       own.
     - ``identity``: what the state must have been built with (none by default).
-    - ``layout``: how its entries move from one shard count to another
-      (:mod:`streams.runtime.moves`); a store without one cannot be resharded.
+    - ``tables``: its named stores (:mod:`streams.runtime.tables`), each a key prefix and how its
+      entries move from one shard count to another; the runtime moves the store table by table.
+    - ``layout``: a move of the whole store instead (:mod:`streams.runtime.moves`), for tables whose
+      entries move together (revisit rebuilds each new shard's budget from the histories it gets);
+      a store with neither cannot be resharded.
     - ``rewrite``: how a state built with another identity is made this build's, its entries moved
       and rewritten (the URL stage re-fingerprints its URLs for new canonicalization settings), by
       a reshard that asks for it (:mod:`streams.runtime.reshard`; to the same shard count, the
@@ -97,5 +97,18 @@ class StoreSpec:
 
     open: StoreOpener = field(default_factory=RocksOpener)
     identity: StateIdentity = NO_IDENTITY
-    layout: MoveFactory = _not_movable
+    tables: Mapping[str, Table] = field(default_factory=dict)
+    layout: MoveFactory | None = None
     rewrite: RewriteFactory | None = None
+
+    def __post_init__(self) -> None:
+        check_tables(self.tables)
+
+    def move(self, old_shards: int, shards: int) -> StateMove:
+        """How this store's entries move from ``old_shards`` shards to ``shards``: its layout, else its
+        tables' moves; refused when it declares neither."""
+        if self.layout is not None:
+            return self.layout(old_shards, shards)
+        if self.tables:
+            return TablesMove(self.tables, old_shards, shards)
+        raise ReshardRefused("this stage declares no way to move its state (StoreSpec.tables or .layout)")

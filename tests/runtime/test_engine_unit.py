@@ -18,10 +18,11 @@ import pytest
 
 from streams.errors import StateError
 from streams.runtime import inflow
-from streams.runtime.api import InputPositions, Message, Processors, StageContext
+from streams.runtime.api import Message, Processors, StageContext
 from streams.runtime.batch import BatchState, Emit
 from streams.runtime.clients import KafkaClients
 from streams.runtime.counters import Counters
+from streams.runtime.extras import InputPositions
 from streams.runtime.inflow import InputFlow
 from streams.runtime.kafka_io import KafkaConfig
 from streams.runtime.offline import LineMessage

@@ -21,11 +21,12 @@ from streams.pages.analyze import design_for
 from streams.pages.blocks import BlockDesign
 from streams.runtime.drain import Cut
 from streams.runtime.generations import Generation, require_current
-from streams.runtime.moves import KeyedMove, Placed
+from streams.runtime.moves import KeyedMove, Placed, StateMove
 from streams.runtime.partitioner import partition_for
 from streams.runtime.runner import check_local_shards
+from streams.runtime.store_spec import StoreSpec
 from streams.stages.content_seen.buckets import record_key
-from streams.stages.content_seen.move import ContentSeenMove
+from streams.stages.content_seen.move import state_tables
 from streams.stages.content_seen.stage import ContentSeenSettings
 from streams.stages.revisit.allocation import RATE_BINS
 from streams.stages.revisit.budget import SPEND_WINDOW_S, UNESTIMATED, BudgetState
@@ -269,11 +270,16 @@ def test_revisit_refuses_a_key_it_does_not_know(key: bytes) -> None:
 
 # -- content seen -----------------------------------------------------------------------------------
 
+def content_move(old_shards: int, shards: int) -> StateMove:
+    """The page stage's store, moved table by table (:mod:`streams.stages.content_seen.move`)."""
+    return StoreSpec(tables=state_tables(design())).move(old_shards, shards)
+
+
 @settings(max_examples=100, deadline=None)
 @given(simhashes, shard_counts)
 def test_a_bucket_goes_where_its_table_key_routes(simhash: int, shards: int) -> None:
     """A bucket lives in the shard its probes go to."""
-    move = ContentSeenMove(design(), 4, shards)
+    move = content_move(4, shards)
     for table_key in design().keys(simhash):
         assert list(move.place(0, b"t" + table_key, b"bucket")) == [
             (partition_for(table_key, shards), b"t" + table_key, b"bucket")]
@@ -285,7 +291,7 @@ def test_a_bucket_goes_where_its_table_key_routes(simhash: int, shards: int) -> 
 def test_a_simhash_record_goes_once_to_every_shard_its_tables_route_to(simhash: int, shards: int) -> None:
     """Later probes read the record wherever one of its tables lives; of its copies in several old
     shards (the same pages), only the lowest old shard's is written."""
-    move = ContentSeenMove(design(), 4, shards)
+    move = content_move(4, shards)
     key = record_key(simhash)
     holders = sorted({partition_for(k, 4) for k in design().keys(simhash)})
     first = list(move.place(holders[0], key, b"pages"))
@@ -296,23 +302,25 @@ def test_a_simhash_record_goes_once_to_every_shard_its_tables_route_to(simhash: 
         assert list(move.place(other, key, b"pages")) == []  # the same record from another old shard
 
 
-@pytest.mark.parametrize("key", [b"meta:gather", b"meta:queue", b"meta:routing"])
+@pytest.mark.parametrize("key", [b"meta:gather", b"meta:queue", b"meta:routing", b"meta:horizons",
+                                 b"meta:local"])
 def test_gather_progress_starts_afresh(key: bytes) -> None:
     """Progress views describe the old shards; the new ones start as on a first start."""
-    assert list(ContentSeenMove(design(), 4, 4).place(0, key, b"{}")) == []
+    assert list(content_move(4, 4).place(0, key, b"{}")) == []
 
 
-@pytest.mark.parametrize("kind", [b"p", b"w", b"a", b"q"])
+@pytest.mark.parametrize("kind", [b"p", b"w", b"q", b"v", b"e"])
 def test_waiting_pages_refuse_the_reshard(kind: bytes) -> None:
     """A waiting page's horizon counts the old shards: the state must be drained first."""
     with pytest.raises(ReshardRefused, match="--drain"):
-        ContentSeenMove(design(), 4, 4).place(0, kind + b"\x00" * 16, b"{}")
+        content_move(4, 4).place(0, kind + b"\x00" * 16, b"{}")
 
 
-@pytest.mark.parametrize("key", [b"meta:other", b"s" + b"\x00" * 7, b"z" + b"\x00" * 8])
+@pytest.mark.parametrize("key", [b"meta:other", b"s" + b"\x00" * 7, b"y" + b"\x00" * 8, b"a" + b"\x00" * 16,
+                                 b"z" + b"\x00" * 8])
 def test_content_seen_refuses_a_key_it_does_not_know(key: bytes) -> None:
     with pytest.raises(StateError):
-        ContentSeenMove(design(), 4, 4).place(0, key, b"{}")
+        content_move(4, 4).place(0, key, b"{}")
 
 
 # -- the drain cut ----------------------------------------------------------------------------------

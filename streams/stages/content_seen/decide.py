@@ -23,7 +23,8 @@ from streams import records
 from streams.archives.payload import format_sha1
 from streams.errors import RecordRejected
 from streams.records import RecordKind
-from streams.runtime.api import BatchState, Emit, InputReader, Message, StageContext
+from streams.runtime.api import BatchState, Emit, Message, StageContext
+from streams.runtime.extras import InputReader
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.payloads import Capture

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from streams.errors import RecordRejected
-from streams.runtime.api import BatchState, Emit, InternalStream, Message, On, OwnedShards
+from streams.runtime.api import BatchState, Emit, InternalStream, Message, On, Table
+from streams.runtime.extras import OwnedShards, starts_afresh
 from streams.stages.content_seen.buckets import ORDER_BYTES
 from streams.stages.content_seen.horizon import (
     GatherView,
@@ -64,6 +65,7 @@ from streams.stages.content_seen.shard_records import (
     Reply,
 )
 from streams.stages.content_seen.waiting import (
+    DRAIN_FIRST,
     PageCache,
     Replies,
     Source,
@@ -83,6 +85,10 @@ _QUEUE_FORMAT: Final = struct.Struct(">QQ?")  # a Queue: head, tail, draining
 HORIZONS_KEY: Final = b"meta:horizons"  # the first queue entry whose horizon may not be taken yet
 _NUMBER: Final = struct.Struct(">Q")
 _OWN, _TAKEN = b"o", b"h"  # a queue entry holds the page's own offset, or its horizon
+# The queue waits like its pages; the progress views and queue bounds describe the old shards.
+TABLES: Final = {"queue": Table(b"q", DRAIN_FIRST), "gather progress": Table(GATHER_KEY, starts_afresh),
+                 "queue bounds": Table(QUEUE_KEY, starts_afresh),
+                 "horizons": Table(HORIZONS_KEY, starts_afresh)}
 DECISIONS_PER_RECORD: Final = 1000  # pages a progress or drain record takes off the queue (the rest: a drain)
 
 

@@ -19,10 +19,12 @@ from typing import Any, Final, Self
 
 from streams import records
 from streams.errors import RecordRejected
-from streams.runtime.api import BatchState, Emit, InternalStream, Message, OwnedShards
+from streams.runtime.api import BatchState, Emit, InternalStream, Message, Table
+from streams.runtime.extras import OwnedShards
 from streams.urls import canonical
 
 PREFIX: Final = b"u"
+TABLES: Final = {"last verdicts": Table(PREFIX)}  # moved by URL key, the key its records route by
 VERDICTS: Final = ("unique", "exact", "near", "skipped")  # a verdict, or the kind of a duplicate
 NO_DISTANCE: Final = 0xFF
 _HEAD: Final = struct.Struct(">16sBB")  # order, verdict, distance; then duplicate_of

@@ -77,9 +77,11 @@ import os
 import struct
 from typing import Final
 
-from streams.runtime.api import BatchState, InputPositions, OwnedShards
+from streams.runtime.api import BatchState, Table
+from streams.runtime.extras import InputPositions, OwnedShards, starts_afresh
 
 LOCAL_KEY: Final = b"meta:local"  # the token of the last of this worker's records processed here
+TABLES: Final = {"local token": Table(LOCAL_KEY, starts_afresh)}  # vouches for the old shards' records
 NONCE_BYTES: Final = 8
 _COUNTS: Final = struct.Struct(">II")  # assignment epoch, taints
 ASSIGNMENT_BYTES: Final = NONCE_BYTES + 4  # what a direct claim needs of a token

@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from streams.errors import RecordRejected
-from streams.runtime.api import BatchState, Emit, InputPositions, InternalStream, OwnedShards
+from streams.runtime.api import BatchState, Emit, InternalStream, Table
+from streams.runtime.extras import InputPositions, OwnedShards, starts_afresh
 from streams.stages.content_seen import gather
 from streams.stages.content_seen.horizon import RoutingView, encode_horizon
 from streams.stages.content_seen.local import Ownership
@@ -31,6 +32,7 @@ from streams.stages.content_seen.shard_records import Drain, Mark, Progress
 log = logging.getLogger(__name__)
 
 ROUTING_KEY: Final = b"meta:routing"  # what marks told this shard
+TABLES: Final = {"routing view": Table(ROUTING_KEY, starts_afresh)}  # the old shards' marks
 DecideHere = Callable[[BatchState, int, bytes], list[Emit]]  # (gather shard's state, its number, order)
 
 

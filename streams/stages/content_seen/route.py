@@ -36,7 +36,8 @@ from streams.pages.blocks import BlockDesign
 from streams.pages.decode import Skipped
 from streams.pages.sketch import empty_sketch
 from streams.records import RecordKind
-from streams.runtime.api import Emit, Message, OwnedShards, StageContext
+from streams.runtime.api import Emit, Message, StageContext
+from streams.runtime.extras import OwnedShards
 from streams.stages.content_seen import buckets, payloads
 from streams.stages.content_seen.buckets import Page
 from streams.stages.content_seen.decide import verdict

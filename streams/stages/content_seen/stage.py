@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 import orjson
@@ -69,7 +68,7 @@ from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.move import ContentSeenMove
+from streams.stages.content_seen.move import state_tables
 from streams.stages.content_seen.probe import Prober
 from streams.stages.content_seen.relay import Relay
 from streams.stages.content_seen.route import Router
@@ -136,11 +135,11 @@ class ContentSeenStage:
 
     def store(self) -> StoreSpec:
         """Shards read bucket by bucket, 10 random ones a page (PlainTable); the tables' design in
-        every shard; resharded table by table (:mod:`streams.stages.content_seen.move`)."""
+        every shard; its named tables, each moved its own way (:mod:`streams.stages.content_seen.move`)."""
         return StoreSpec(open=rocks_store(STATE_KEY_PREFIX_BYTES),
                          identity=StateIdentity({DESIGN_KEY: self._design_id, LAYOUT_KEY: buckets.LAYOUT},
                                                 self._other_design),
-                         layout=partial(ContentSeenMove, self._design))
+                         tables=state_tables(self._design))
 
     def init(self, context: StageContext) -> Processors:
         """The four steps over one page cache; pages analysed a batch ahead, as many as fit in

@@ -36,7 +36,8 @@ import orjson
 
 from streams.errors import RecordRejected
 from streams.pages.simhash import to_hex
-from streams.runtime.api import BatchState
+from streams.runtime.api import BatchState, Table
+from streams.runtime.extras import refused
 from streams.stages.content_seen.buckets import Match
 from streams.stages.content_seen.payloads import GATHER_PREFIX, Capture, earlier_of
 
@@ -47,6 +48,12 @@ _PROGRESS: Final = struct.Struct(">HH")  # replies counted, replies expected (wi
 _HOLDS_FIRST: Final = 0x8000  # set in the replies expected: the first capture follows, its length first
 _CAPTURE_LENGTH: Final = struct.Struct(">I")
 EARLY_PREFIX: Final = b"e"  # + order: replies heard before their page arrived (:func:`hear_early`)
+# A waiting page's horizon waits on progress from every shard of the old count: drained, a state has none.
+DRAIN_FIRST: Final = refused("pages are still waiting for their verdict in the old shards: run the stage's "
+                             "workers with --drain until they exit, then reshard")
+TABLES: Final = {"waiting pages": Table(b"p", DRAIN_FIRST), "replies": Table(b"w", DRAIN_FIRST),
+                 "first captures": Table(GATHER_PREFIX, DRAIN_FIRST),
+                 "early replies": Table(EARLY_PREFIX, DRAIN_FIRST)}
 
 
 class Source(NamedTuple):

@@ -51,7 +51,6 @@ from streams.runtime.api import (
     BatchState,
     Emit,
     Message,
-    OwnedShards,
     PartitionStore,
     Processors,
     StageContext,
@@ -59,7 +58,7 @@ from streams.runtime.api import (
     StoreSpec,
     partition_for,
 )
-from streams.runtime.extras import RocksStore
+from streams.runtime.extras import OwnedShards, RocksStore
 from streams.stages.url_dedup import marks
 from streams.stages.url_dedup.forgetting import (
     CONTROL_KEY,
