@@ -7,6 +7,7 @@ read with read_committed: every expected key exactly once, nothing lost, nothing
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -61,6 +62,36 @@ def test_url_dedup_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: 
                         value_of=lambda _k, v: orjson.loads(v or b"{}")["url"].encode())
     assert h.verdict({u.encode() for u in urls}, counts) == {
         "expected": 12_000, "emitted_distinct": 12_000, "lost": 0, "doubled": 0, "unexpected": 0}
+
+
+@pytest.mark.parametrize("kills", KILL_COUNTS)
+def test_numbered_stage_of_two_tables_survives_sigkills(kafka: KafkaConfig, prefix: str, tmp_path: Path,
+                                                        kills: int) -> None:
+    """Each group's items numbered 1..n, each item once: the two tables, the output and the offsets
+    committed together (a count lost would repeat a number, one kept for a lost output a gap)."""
+    source, sink = f"{prefix}in", f"{prefix}out"
+    h.create_topics(kafka, [source, sink], 4)
+    items = h.keyed_stream(distinct=12_000, total=30_000)
+    h.produce(kafka, source, ((item, b"g%d" % (int(item[1:]) % 40)) for item in items))
+    command = [sys.executable, "-m", "testing.numbered", "--input", source, "--output", sink,
+               "--app-id", "app", "--worker-id", "w0", "--state-dir", str(tmp_path / "state"),
+               "--topic-prefix", prefix, "--shards", "4", "--batch-max-messages", "50"]
+    group = f"{prefix}app.numbered"
+    report = h.run_with_kills(
+        _with_bootstrap(kafka, command), lambda: h.committed_total(kafka, group, source, 4), len(items),
+        kills, tmp_path / "worker.log", timeout_s=900,
+        done=lambda: h.caught_up(kafka, group, Topics(prefix).internal("app", "numbered", "groups")))
+    assert (report.kills, report.exits) == (kills, 0), report
+    assert report.kill_points[0] < len(items), report  # 50 records a transaction: kills land mid-input
+    lines = h.read_all(kafka, sink, value_of=lambda item, value: (item or b"") + b" " + (value or b""))
+    assert h.verdict(set(items), Counter(line.split()[0] for line in lines.elements())) == {
+        "expected": 12_000, "emitted_distinct": 12_000, "lost": 0, "doubled": 0, "unexpected": 0}
+    numbers: dict[bytes, list[int]] = {}
+    for line in lines.elements():
+        _, named, number = line.split()
+        numbers.setdefault(named, []).append(int(number))
+    assert {named: sorted(got) == list(range(1, len(got) + 1)) for named, got in numbers.items()} == {
+        b"g%d" % g: True for g in range(40)}
 
 
 def _with_bootstrap(kafka: KafkaConfig, command: list[str]) -> list[str]:
