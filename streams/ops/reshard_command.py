@@ -39,8 +39,10 @@ def run(spec: StageSpec, args: argparse.Namespace, shards: int | None = None) ->
                        replication_for_command(kafka, topic_settings), args.wait_s, args.keep_old,
                        tuple(each.name for each in spec.internal), rewrite=shards is None)
     report = reshard(kafka, plan, stage.store(), step=lambda name: print(f"reshard: {name}", flush=True))
-    if report.moved is not None:
-        print(report.moved)
+    if report.per_table is not None:
+        print(report.per_table)
+    if report.rewritten is not None:
+        print(report.rewritten)
     elif shards is None:
         print("the state was built with these settings already: copied as it was")
     print(f"{report.stage}: generation {report.from_generation} ({report.from_shards} shards) -> "

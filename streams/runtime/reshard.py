@@ -86,7 +86,8 @@ class ReshardReport:
     to_shards: int
     entries_read: int = 0
     entries_written: int = 0
-    moved: str | None = None  # what the store's rewrite, or its tables' moves, say they did
+    rewritten: str | None = None  # the store's rewrite ran: what it says it did
+    per_table: str | None = None  # the store's tables were moved: what each wrote
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -120,9 +121,10 @@ def reshard(kafka: KafkaConfig, plan: ReshardPlan, store: StoreSpec,
     copied = time.monotonic()
     _create_topics(kafka, plan, new)
     try:
-        report.entries_read, report.entries_written, report.moved = _copy_state(
-            kafka, old.changelog(plan.app_id, plan.stage), new.changelog(plan.app_id, plan.stage),
-            store, current.shards, plan.shards, plan.rewrite)
+        state_copy = _copy_state(kafka, old.changelog(plan.app_id, plan.stage),
+                                 new.changelog(plan.app_id, plan.stage), store, current.shards, plan.shards,
+                                 plan.rewrite)
+        report.entries_read, report.entries_written, report.rewritten, report.per_table = state_copy
     except (ReshardRefused, StateError):
         _delete_topics(kafka, [*plan.internal_topics(new), new.changelog(plan.app_id, plan.stage)])
         write_generation(kafka, _generations_topic(plan), current, plan.replication)
@@ -210,12 +212,13 @@ def _create_topics(kafka: KafkaConfig, plan: ReshardPlan, new: Topics) -> None:
 
 
 def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, store: StoreSpec,
-                old_shards: int, shards: int, rewrites: bool = False) -> tuple[int, int, str | None]:
+                old_shards: int, shards: int, rewrites: bool = False
+                ) -> tuple[int, int, str | None, str | None]:
     """Each old partition's live entries, placed by the store's move (or its rewrite, for a state
     built with another identity); identity entries to every new shard. Returns (entries read,
-    entries written, what the rewrite or the tables' moves did, or None). A partition is read whole
-    before its entries are placed (a compacted changelog may still hold a key's older values, and
-    its tombstones)."""
+    entries written, what the rewrite did, what the tables' moves wrote: None when none ran). A
+    partition is read whole before its entries are placed (a compacted changelog may still hold a
+    key's older values, and its tombstones)."""
     count = partition_count(kafka, old_changelog) or 0
     identity = store.identity.entries
     producer = _Writer(kafka, new_changelog)
@@ -248,9 +251,8 @@ def _copy_state(kafka: KafkaConfig, old_changelog: str, new_changelog: str, stor
     producer.write(move.finish())
     producer.write((shard, key, value) for shard in range(shards) for key, value in identity.items())
     producer.close()
-    if rewrite is not None:
-        return read, producer.written, rewrite.summary()
-    return read, producer.written, move.summary() if isinstance(move, TablesMove) else None
+    return (read, producer.written, None if rewrite is None else rewrite.summary(),
+            move.summary() if isinstance(move, TablesMove) else None)
 
 
 def _rewrite_for(store: StoreSpec, first: Mapping[bytes, bytes | None], where: str, old_shards: int,

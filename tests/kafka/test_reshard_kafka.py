@@ -237,8 +237,9 @@ def test_content_seen_reshards_up_and_down_while_pages_arrive(kafka: KafkaConfig
     by_url = dict(encoded)
     backlog = [(page.url.encode(), by_url[page.url.encode()]) for page in backlog_pages]
     live = [(page.url.encode(), by_url[page.url.encode()]) for page in copies[len(copies) // 3:]]
-    _scenario(kafka, prefix, "content-seen", topics.fetched_pages, backlog, live,
-              lambda: len(_outputs(kafka, topics.page_verdicts)), tmp_path)
+    reports = _scenario(kafka, prefix, "content-seen", topics.fetched_pages, backlog, live,
+                        lambda: len(_outputs(kafka, topics.page_verdicts)), tmp_path)
+    assert all("entries written per table: buckets " in report for report in reports), reports  # its tables
     verdicts = _outputs(kafka, topics.page_verdicts)
     check_against_plan(pages, verdicts, offline_verdicts(kafka, pages, tmp_path / "offline"))
     unique = _outputs(kafka, topics.unique_pages)
