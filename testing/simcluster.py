@@ -14,7 +14,11 @@ seldom produces:
   either a commit (emits appended, state applied, offsets and reported positions advanced) or an
   abort (all of it dropped);
 - a crash replaces a worker's stage object (its memory is gone; committed state stays) and a
-  rebalance deals the partitions out again, as the engine's callbacks would.
+  rebalance deals the partitions out again, as the engine's callbacks would;
+- the runtime's local path (:mod:`streams.runtime.local_path`) as the engine runs it: records for
+  a shard the worker owns, of the types the topology lets take it, decided at once after the
+  record that sent them; a shard taken with records still in its logs is pending until a step
+  starts with them decided (:mod:`streams.runtime.backlog`).
 
 Only what committed is visible: verdicts are read from the committed outputs.
 """
@@ -32,6 +36,7 @@ from streams.runtime.batch import BatchState, Emit, OwnedShards
 from streams.runtime.context import StageContext
 from streams.runtime.counters import Counters
 from streams.runtime.identity import ShardIdentities
+from streams.runtime.local_path import LocalPath
 from streams.runtime.message import InputPositions
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
@@ -53,6 +58,8 @@ class Worker:
     context: StageContext | None = None
     route: Callable[[Any], list[Emit]] = lambda message: []
     handlers: dict[str, ShardHandler] = field(default_factory=dict)
+    local: LocalPath | None = None
+    backlog: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, shard) -> end when taken
 
 
 class Cluster:
@@ -116,6 +123,12 @@ class Cluster:
                                       self._check_outputs)
         processors = worker.stage.init(worker.context)
         worker.route, worker.handlers = processors.route, shard_handlers(self.topology, processors)
+        worker.local = LocalPath(worker.handlers, self.topology.local_topics, self.shards, worker.owned,
+                                 tags=self.topology.local_tags)
+        worker.backlog = {(topic, shard): len(self.shard_logs[topic][shard]) for topic in self.internal
+                          for shard in worker.shards
+                          if self.shard_done[topic][shard] < len(self.shard_logs[topic][shard])}
+        worker.owned.pending.update(shard for _, shard in worker.backlog)
 
     def read(self, topic: str, partition: int, offset: int) -> bytes | None:
         """The input reader a stage is given: any committed input record by position."""
@@ -147,18 +160,22 @@ class Cluster:
         input_runs = [_run(self.topic, partition, self.input_done[partition], len(self.input_logs[partition]),
                            rng.randint(0, max_records))
                       for partition in worker.inputs]
+        self._settle(worker)
         states: dict[int, BatchState] = worker.owned.begin()
         emits: list[Emit] = []
         taken = {(run[0][0], run[0][1]): len(run) for run in shard_runs if run}
+        local = worker.local
+        assert local is not None
         for topic, shard, at in _interleave(rng, shard_runs):
             key, value = self.shard_logs[topic][shard][at]
             state = worker.owned.state(shard)
             assert state is not None
-            emits += worker.handlers[topic](LineMessage(topic, at, value, key, shard), state)
+            message = LineMessage(topic, at, value, key, shard)
+            emits += local.run(worker.handlers[topic](message, state), message)
         routed = {partition: self.input_done[partition] for partition in worker.inputs}
         for _, partition, at in _interleave(rng, input_runs):
             message = LineMessage(self.topic, at, self.input_logs[partition][at], None, partition)
-            emits += worker.route(message)
+            emits += local.run(worker.route(message), message)
             routed[partition] = at + 1
         positions = self._positions(worker, routed)
         assert worker.context is not None
@@ -180,6 +197,13 @@ class Cluster:
             worker.reported = positions
         for listener in listeners:
             listener.committed()
+
+    def _settle(self, worker: Worker) -> None:
+        """The shards whose backlog the steps before decided settle (the engine's batch start)."""
+        done = self.shard_done
+        worker.backlog = {key: end for key, end in worker.backlog.items() if done[key[0]][key[1]] < end}
+        worker.owned.pending.clear()
+        worker.owned.pending.update(shard for _, shard in worker.backlog)
 
     def _positions(self, worker: Worker, routed: dict[int, int]) -> InputPositions | None:
         done = {(self.topic, p): routed.get(p, self.input_done[p]) for p in worker.inputs}

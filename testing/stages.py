@@ -82,7 +82,7 @@ def local_path(topology: Topology, context: StageContext, processors: Processors
     """The engine's local path for a stage :func:`bind` bound: its records for the owned, settled
     shards decided at once (a refusal raised, not made a dead letter)."""
     handlers = shard_handlers(topology, processors)
-    return LocalPath(handlers, topology.local_topics, context.shards, context.owned)
+    return LocalPath(handlers, topology.local_topics, context.shards, context.owned, tags=topology.local_tags)
 
 
 def create_topics(broker: MemoryKafka, topology: Topology, shards: int, input_partitions: int) -> None:

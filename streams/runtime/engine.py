@@ -179,7 +179,7 @@ class Engine:
         self._handlers = shard_handlers(topology, processors)
         self._local = LocalPath(self._handlers, topology.local_topics, settings.shards, self._owned,
                                 self._refuse_local, self._outputs.check,
-                                counts=self.counters.at_once_by_topic)
+                                counts=self.counters.at_once_by_topic, tags=topology.local_tags)
         services = context.services
         self._punctuators = services.punctuators
         self._listeners = Listeners([self._shards.identities, *services.listeners])

@@ -96,20 +96,25 @@ class LocalPath:
     """Decides the records for owned, settled shards of the local topics (see the module docstring).
 
     ``handlers``: each internal topic's processor, by topic; ``local``: the topics whose records
-    may be decided here; ``shards``: the shard count (a record's shard, when it names none, is its
-    key's, :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
+    may be decided here; ``tags``: of those, the topics whose typed records of these tags only may
+    be (:attr:`InternalTopic.local <streams.runtime.topology.InternalTopic.local>`); ``shards``: the
+    shard count (a record's shard, when it names none, is its key's,
+    :func:`~streams.runtime.partitioner.partition_for`). ``refuse``: the dead letter of a
     local record its processor refused (None: the refusal is raised to the caller, offline).
     ``offline``: the offline driver's: no shard has a backlog to wait for, and a shard's record to
     itself is decided at once too (there is no later transaction: the line is decided whole).
     ``counts``: the records decided here, by topic (the worker's metrics)."""
 
-    __slots__ = ("_check", "_counts", "_handlers", "_local", "_offline", "_owned", "_refuse", "_shards")
+    __slots__ = ("_check", "_counts", "_handlers", "_local", "_offline", "_owned", "_refuse", "_shards",
+                 "_tags")
 
     def __init__(self, handlers: Mapping[str, ShardHandler], local: frozenset[str], shards: int,
                  owned: OwnedShards, refuse: Refuse | None = None, check: Check = _nothing_to_check,
-                 offline: bool = False, counts: dict[str, int] | None = None) -> None:
+                 offline: bool = False, counts: dict[str, int] | None = None,
+                 tags: Mapping[str, frozenset[int]] | None = None) -> None:
         self._handlers: Final = {topic: handler for topic, handler in handlers.items() if topic in local}
         self._local: Final = frozenset(self._handlers)
+        self._tags: Final[dict[str, frozenset[int]]] = dict(tags or {})
         self._shards: Final = shards
         self._owned: Final = owned
         self._refuse: Final = refuse
@@ -130,7 +135,7 @@ class LocalPath:
         sender = (origin.topic() or "", origin.partition() or 0)
         if len(emits) == 1:  # most records send one (a URL to its shard): no queue for it
             emit = emits[0]
-            partition = self._shard_of(emit) if emit.topic in local else None
+            partition = self._shard_of(emit) if emit.topic in local and self._takes(emit) else None
             caused = None if partition is None else self._decide(emit, partition, origin, sender)
             if caused is None or partition is None:
                 return emits
@@ -151,7 +156,7 @@ class LocalPath:
         while at < len(pending):
             emit, by = pending[at]
             at += 1
-            partition = self._shard_of(emit) if emit.topic in local else None
+            partition = self._shard_of(emit) if emit.topic in local and self._takes(emit) else None
             caused = None if partition is None else self._decide(emit, partition, origin, by)
             if caused is None or partition is None:
                 out.append(emit)
@@ -181,6 +186,15 @@ class LocalPath:
                 raise  # offline's line is refused whole; a worker's configuration or state is wrong
             return [self._refuse(record, error)]
         return caused
+
+    def _takes(self, emit: Emit) -> bool:
+        """Whether ``emit``, of a local topic, is of a record type its path takes (every type unless
+        the topic names some)."""
+        tags = self._tags.get(emit.topic)
+        if tags is None:
+            return True
+        value = emit.value
+        return value is not None and len(value) > 0 and value[0] in tags
 
     def _shard_of(self, emit: Emit) -> int | None:
         """The shard ``emit`` goes to: the one it names, else its key's; None when it has neither

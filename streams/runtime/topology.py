@@ -56,13 +56,14 @@ class InternalTopic:
 
     ``local``: a record for a shard this worker owns is decided at once by the same processor, in
     the open transaction, instead of through the topic (:mod:`streams.runtime.local_path`). False
-    sends every record through the topic: for a stage whose decisions need more than each
-    worker's records in the order it sent them (the page stage, whose horizons keep a path of its
-    own, :mod:`streams.stages.content_seen.local`)."""
+    sends every record through the topic; a set of tags, the typed records of those types only:
+    for a stage some of whose decisions need more than each worker's records in the order it sent
+    them (the page stage's probes take the local path; its marks and progress keep a path of their
+    own, vouched for by tokens, :mod:`streams.stages.content_seen.local`)."""
 
     name: str
     records: Mapping[int, type[ShardRecord]] | str = field(default_factory=dict, hash=False)
-    local: bool = True
+    local: bool | frozenset[int] = True
 
     def tagged(self) -> Mapping[int, type[ShardRecord]]:
         """Its record types by tag; refuses a tag that is not a byte, or a type tagged twice."""
@@ -147,8 +148,15 @@ class Topology:
 
     @property
     def local_topics(self) -> frozenset[str]:
-        """The shard topics with a local path (:attr:`InternalTopic.local`)."""
+        """The shard topics with a local path (:attr:`InternalTopic.local`), for some of their records
+        at least."""
         return frozenset(topic for declared, topic in self.internal if declared.local)
+
+    @property
+    def local_tags(self) -> dict[str, frozenset[int]]:
+        """The local topics whose path takes the typed records of some types only: their tags."""
+        return {topic: declared.local for declared, topic in self.internal
+                if isinstance(declared.local, frozenset) and declared.local}
 
     def internal_topic(self, name: str) -> tuple[InternalTopic, str]:
         """The internal topic declared as ``name``, and its topic."""

@@ -77,6 +77,20 @@ def test_records_for_owned_shards_of_local_topics_are_decided_and_the_rest_is_le
     assert [(emit.topic, emit.value) for emit in out] == left
 
 
+def test_a_topic_that_names_record_types_takes_those_on_the_local_path_and_sends_the_rest() -> None:
+    """``InternalTopic.local`` as a set of tags: a typed record of one of them is decided here, one of
+    another tag goes through the topic (the page stage's probes, and its marks)."""
+    shards = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    shards.begin()
+    path = LocalPath({"a": _out}, frozenset({"a"}), SHARDS, shards, tags={"a": frozenset({1})})
+    emits = [Emit("a", b"\x01probe", b"k", 0), Emit("a", b"\x04mark", b"k", 0), Emit("a", b"", b"k", 0)]
+    assert [(emit.topic, emit.value) for emit in path.run(emits, ORIGIN)] == [
+        ("a", b"\x04mark"), ("a", b""), ("out", b"\x01probe")]  # what a record caused comes last
+    topology = plain_topology(internal=(InternalTopic("a", {1: object, 4: int}, local=frozenset({1})),  # type: ignore[dict-item]
+                                        InternalTopic("b"), InternalTopic("c", local=False)))
+    assert (topology.local_topics, topology.local_tags) == (frozenset({"a", "b"}), {"a": frozenset({1})})
+
+
 def test_records_are_decided_first_in_first_out_each_before_what_it_caused() -> None:
     seen: list[bytes] = []
 

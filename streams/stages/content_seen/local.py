@@ -4,22 +4,24 @@ The shard topic only carries a record to the worker that owns its shard. When th
 (one worker owns every shard), the trip (encode, produce, commit, fetch back, decode: several
 transactions of hops per page, :mod:`streams.stages.content_seen.stage`) decides nothing a direct
 call could not, as the URL stage found for its URLs (now the runtime's local path,
-:mod:`streams.runtime.local_path`, which the page stage's ``shards`` topic does not take yet: its
-horizons need the vouching below). So, against the owned shard's state as the open transaction
-sees it (:class:`~streams.runtime.api.OwnedShards`, the state its shard records are processed
-against, so the writes commit or abort with the batch and the same group generation fences them):
+:mod:`streams.runtime.local_path`, which the page stage's ``shards`` topic takes for its probes;
+the rest is here, its horizons needing the vouching below). So, against the owned shard's state
+as the open transaction sees it (:class:`~streams.runtime.extras.OwnedShards`, the state its shard
+records are processed against, so the writes commit or abort with the batch and the same group
+generation fences them):
 
 1. **Always** (any worker, any mode): a page whose gather shard is owned here *arrives* there in the
-   routing transaction (no :class:`PageWaits` record); a probe of an owned shard runs in the routing
-   transaction, exactly as the probe processor would (:meth:`Prober.probe_here
-   <streams.stages.content_seen.probe.Prober.probe_here>`); a reply or notice to an owned gather
+   routing transaction (no :class:`PageWaits` record); a probe of an owned, settled shard is decided
+   in the routing transaction by the probe processor itself (the runtime's local path; a shard
+   with records routed to it before this worker took it gets its probes through the topic, after
+   them); a reply or notice to an owned gather
    shard where its page waits is applied there at once (:meth:`Gatherer.tell
    <streams.stages.content_seen.gather.Gatherer.tell>`), and a reply to one where its page has not
    arrived yet waits for it there (:func:`~streams.stages.content_seen.waiting.hear_early`). Each
    shard still sees one page's probes in table order and the pages in routing order, so its state
    evolves as through the topic.
-2. **Once vouched**: this worker's routing marks are merged into an owned shard's view directly
-   (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
+2. **Once vouched and settled**: this worker's routing marks are merged into an owned shard's view
+   directly (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
 3. **Once vouched with the current token**: an owned shard's progress is given directly to each
    gather shard owned here that has processed one of this worker's records carrying its current
    token, and the pages whose horizons it covers are decided in the same transaction
@@ -41,13 +43,16 @@ shard's progress comes after the replies and notices of those probes.
 - (2) A direct claim says "this shard has probed every record this worker has routed". True for
   what this worker routed while it owned the shard (probed locally, by (1)); for what was routed
   before (by this worker or another, in transactions committed before this worker's assignment),
-  the probes were records in the shard's partition before any record this worker produced since.
-  So a shard is *vouched* for this worker once it has processed a mark this worker produced since
-  its assignment: each mark and progress record carries this worker's *token* (this process and
-  stage ``init``, the assignment it was produced in, a count of taints, below:
-  :attr:`Ownership.token`), and the shard keeps the last one of this worker it processed
-  (``meta:local``, state: it commits or aborts with the transaction that processed the record,
-  so an aborted transaction vouches for nothing). Until then marks go as records, as before.
+  the probes were records in the shard's partition before any record this worker produced since;
+  and so were the probes the runtime sent through the topic while the shard was not settled (each
+  precedes every mark this worker sent after it, and once the shard is settled no probe of this
+  assignment goes that way: ``claimed`` asks for both). So a shard is *vouched* for this worker
+  once it has processed a mark this worker produced since its assignment: each mark and progress
+  record carries this worker's *token* (this process and stage ``init``, the assignment it was
+  produced in, a count of taints, below: :attr:`Ownership.token`), and the shard keeps the last
+  one of this worker it processed (``meta:local``, state: it commits or aborts with the transaction
+  that processed the record, so an aborted transaction vouches for nothing). Until then marks go as
+  records, as before.
 - (3) Giving the progress of shard *s* (owned here) directly to gather shard *g* (owned here) says
   "every reply and notice of the probes *s* counts is in your state". The probes *s* made while this
   worker owns it put their replies and notices in *g*'s state directly, by (1), or sent notices as
@@ -83,8 +88,8 @@ from streams.runtime.extras import InputPositions, OwnedShards, starts_afresh
 LOCAL_KEY: Final = b"meta:local"  # the token of the last of this worker's records processed here
 TABLES: Final = {"local token": Table(LOCAL_KEY, starts_afresh)}  # vouches for the old shards' records
 NONCE_BYTES: Final = 8
-_COUNTS: Final = struct.Struct(">II")  # assignment epoch, taints
-ASSIGNMENT_BYTES: Final = NONCE_BYTES + 4  # what a direct claim needs of a token
+_COUNTS: Final = struct.Struct(">III")  # assignment epoch, probes sent around, taints
+ASSIGNMENT_BYTES: Final = NONCE_BYTES + 8  # what a direct claim needs of a token: all but the taints
 
 
 class Ownership:
@@ -99,12 +104,14 @@ class Ownership:
         self._generation = owned.generation
         self._epoch = 0  # assignments seen: the runtime's generation moved, or the inputs routed here
         self._taints = 0
+        self._detours = 0  # probes for a shard owned here sent through the topic (not settled yet)
         self._inputs: frozenset[tuple[str, int]] | None = None  # the input partitions routed here
         self._all_inputs = False
         self._token = self._make_token()
 
     def _make_token(self) -> bytes:
-        return self._nonce + _COUNTS.pack(self._epoch & 0xFFFFFFFF, self._taints & 0xFFFFFFFF)
+        return self._nonce + _COUNTS.pack(self._epoch & 0xFFFFFFFF, self._detours & 0xFFFFFFFF,
+                                          self._taints & 0xFFFFFFFF)
 
     def _sync(self) -> None:
         """A new assignment: nothing vouched before counts, and which inputs are routed here is unknown."""
@@ -124,6 +131,14 @@ class Ownership:
         """Carried by this worker's marks and progress records."""
         self._sync()
         return self._token
+
+    def detour(self) -> None:
+        """A probe for a shard owned here went through the topic (the shard is not settled: the
+        runtime's local path waits for the records routed there before it was taken): a direct
+        mark would vouch for it while it is on its way, so what vouched before no longer does, until
+        a mark sent after it has been processed there."""
+        self._detours += 1
+        self._token = self._make_token()
 
     def taint(self) -> None:
         """A notice went to an owned gather shard as a record: what vouched for giving
@@ -152,9 +167,13 @@ class Ownership:
             state.set(LOCAL_KEY, token)
 
     def claimed(self, shard: int) -> BatchState | None:
-        """The state of ``shard`` when this worker may merge its marks there directly (owned, and
-        vouched for since its assignment), else None."""
-        state = self._owned.state(shard)
+        """The state of ``shard`` when this worker may merge its marks there directly (owned and
+        settled, and vouched for since its assignment), else None. Settled: while a shard is not,
+        the runtime sends this worker's probes for it through the topic (its local path waits for
+        the records routed there before), and a mark merged directly would vouch for probes still
+        on their way; the vouching record came after every probe sent before it, and once the
+        shard is settled no probe of this assignment goes through the topic again."""
+        state = self._owned.settled(shard)
         if state is None:
             return None
         found = state.get(LOCAL_KEY)

@@ -7,11 +7,12 @@ meets (a copy probed before this, its original: :func:`streams.stages.content_se
 and inserts the page; a :class:`Mark` tells the shard how far a worker has routed its input
 (:mod:`streams.stages.content_seen.relay`).
 
-A worker that owns a table key's shard probes it in the transaction that routes the page
-(:meth:`Prober.probe_here`, the local path: :mod:`streams.stages.content_seen.local`), with the same
-code and against the same state as a probe record would be; replies and notices go through
-:meth:`Gatherer.tell <streams.stages.content_seen.gather.Gatherer.tell>`, at once to a gather shard
-owned here where the page waits, else as records.
+A probe for a shard this worker owns is decided in the transaction that routes the page, by the
+runtime's local path (:mod:`streams.runtime.local_path`: the ``shards`` topic declares it for
+:class:`Probe` and :class:`PayloadProbe`), with the same processor as a probe read from the topic;
+replies and notices go through :meth:`Gatherer.tell
+<streams.stages.content_seen.gather.Gatherer.tell>`, at once to a gather shard owned here where the
+page waits, else as records.
 
 State keys (one prefix per kind, layout :data:`streams.stages.content_seen.buckets.LAYOUT`): ``t`` +
 table key -> bucket (the SimHashes stored under it); ``s`` + SimHash -> the record of the pages with
@@ -57,13 +58,13 @@ class Prober:
         return [On(Probe, self.probe), On(PayloadProbe, self.payload_probe), On(Mark, self.mark)]
 
     def probe(self, probe: Probe, message: Message, state: BatchState) -> list[Emit]:
-        return self.probe_here(probe.page, message.key() or b"", state)
+        return self._probe(probe.page, message.key() or b"", state)
 
     def payload_probe(self, probe: PayloadProbe, message: Message, state: BatchState) -> list[Emit]:
-        return self.probe_here(probe.probe.page, message.key() or b"", state, probe)
+        return self._probe(probe.probe.page, message.key() or b"", state, probe)
 
-    def probe_here(self, page: Page, table_key: bytes, state: BatchState,
-                   payload: PayloadProbe | None = None) -> list[Emit]:
+    def _probe(self, page: Page, table_key: bytes, state: BatchState,
+               payload: PayloadProbe | None = None) -> list[Emit]:
         """Match through the bucket, then insert: the page into its SimHash's record, the SimHash
         into the bucket (records first, so a full bucket can rank the new slot by its earliest page).
         The reply goes to the page; a notice to each later page met (it was probed first). With

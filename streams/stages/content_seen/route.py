@@ -8,11 +8,12 @@ order key: the page's head and where its input record is, plus that record itsel
 worker owns the gather shard) and one :class:`Probe` per block table to the shard owning that table
 key.
 
-The local path (:mod:`streams.stages.content_seen.local`): when this worker owns the gather shard,
-the page arrives there now instead (its input record kept in memory), and each table of a shard
-owned here is probed now, in table order, after the page arrived, so its reply finds it; only
-the rest go as records. A refused output (a page record carrying its input record past the shard
-topic's limit) is refused before any of that touches the state.
+When this worker owns the gather shard, the page arrives there now instead (its input record kept
+in memory: :mod:`streams.stages.content_seen.local`), before any of its probes, so their replies
+find it. The probes are records, each decided at once by the runtime when this worker owns its
+shard (the local path, :mod:`streams.runtime.local_path`, which the ``shards`` topic declares for
+probes), in table order, after the route step; a refused output (a page record carrying its input
+record past the shard topic's limit) is refused before any of them touches the state.
 
 With ``payload_digests`` (the default) the page's payload goes along: the probe of its first table is
 a :class:`PayloadProbe` carrying the SHA-1 of its body after transfer decoding (the body of
@@ -44,7 +45,7 @@ from streams.stages.content_seen.decide import verdict
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
-from streams.stages.content_seen.probe import Prober
+from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.relay import Relay
 from streams.stages.content_seen.shard_records import PageWaits, PayloadProbe, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
@@ -68,15 +69,15 @@ class Router:
     """The stage's ``route`` step (see the module docstring)."""
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
-                 gatherer: Gatherer, prober: Prober, relay: Relay, max_record_bytes: int,
+                 gatherer: Gatherer, relay: Relay, ownership: Ownership, max_record_bytes: int,
                  last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
         self._last_verdicts = last_verdicts
         self._intake = intake
         self._pages = pages
         self._gatherer = gatherer
-        self._prober = prober
         self._relay = relay
+        self._ownership = ownership
         self._max_record_bytes = max_record_bytes
         self._payload_digests = payload_digests
         self._owned: OwnedShards = context.owned
@@ -116,17 +117,17 @@ class Router:
             self._check(emits)  # refused now, before a probe here writes anything
         probe: bytes | None = None
         topic = shards.topic
+        detour = False
         for table, table_key in enumerate(table_keys):
-            first = payload if table == 0 else None
             shard = shards.shard_of(table_key)
-            state = owned.state(shard)
-            if state is not None:
-                emits += self._prober.probe_here(page, table_key, state, first)
-            elif first is not None:
-                emits.append(Emit(topic, shards.frame(first), table_key, shard))
+            detour = detour or (shard in owned and owned.settled(shard) is None)
+            if table == 0 and payload is not None:
+                emits.append(Emit(topic, shards.frame(payload), table_key, shard))
             else:
                 probe = probe or shards.frame(Probe(page))
                 emits.append(Emit(topic, probe, table_key, shard))
+        if detour:  # a probe for a shard owned here goes through the topic: no direct mark vouches for it
+            self._ownership.detour()
         return emits
 
 

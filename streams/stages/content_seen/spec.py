@@ -35,7 +35,9 @@ SPEC = StageSpec(
     "content-seen", inputs=("fetched-pages",), outputs=("page-verdicts", "unique-pages"), build=_build,
     cli=CommandLine("a verdict for every page; each content once", metrics_port=9411,
                     status_key=_status_key),
-    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=False),),
+    # Probes (tags 1 and 8: Probe, PayloadProbe) take the runtime's local path; the rest keep the
+    # stage's own (marks and progress vouched for by tokens, streams.stages.content_seen.local).
+    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=frozenset({1, 8})),),
     settings=OwnSettings("streams.stages.content_seen.stage:ContentSeenSettings", "content_seen"),
     counts=Counts(decisions=("unique", "exact", "near", "skipped"), labelled=(
         LabelledCounter("race_matches", "event", ("in_time", "late"),

@@ -68,6 +68,52 @@ def test_a_shard_vouches_only_for_a_record_of_this_worker_since_its_assignment()
     assert ownership.claimed(0) is state
 
 
+def test_a_shard_not_settled_or_a_probe_sent_around_it_stops_direct_marks_until_a_newer_one_vouches() -> None:
+    """While a shard waits for the records routed to it before, the runtime sends this worker's
+    probes for it through the topic: no direct mark (it would vouch for probes on their way), and a
+    mark sent before such a probe, processed after the shard settles, vouches for nothing."""
+    owned = OwnedShards({0: MemoryStore()})
+    ownership = Ownership(owned, 1, 1)
+    owned.begin()
+    state = owned.state(0)
+    assert state is not None
+    sent_before = ownership.token
+    owned.pending.add(0)
+    ownership.vouch(0, sent_before, state)
+    assert ownership.claimed(0) is None  # not settled
+    ownership.detour()  # a probe for shard 0 went through the topic
+    owned.pending.clear()
+    assert ownership.claimed(0) is None  # what vouched was sent before that probe
+    ownership.vouch(0, sent_before, state)
+    assert ownership.claimed(0) is None
+    ownership.vouch(0, ownership.token, state)  # a mark sent after it
+    assert ownership.claimed(0) is state
+
+
+def test_the_route_sends_probes_as_records_and_a_probe_around_a_shard_not_settled_detours() -> None:
+    """Probes are records the runtime's local path decides (the topic names them by tag); the route
+    detours the worker's token when one of them must go through the topic of a shard owned here."""
+    declared = TOPOLOGY.internal[0][0]
+    assert isinstance(declared.local, frozenset)
+    assert {declared.tagged()[tag].__name__ for tag in declared.local} == {"Probe", "PayloadProbe"}
+    value = orjson.dumps(simweb.crawl(seed=1, articles=1)[0].record)
+    tokens = []
+    for pending in (set(), {0}):
+        owned = OwnedShards({0: MemoryStore()})
+        owned.pending.update(pending)
+        stage = ContentSeenStage(ContentSeenSettings(page_cache_mb=1, analysis_processes=0))
+        context = StageContext(TOPOLOGY, 1, owned, Unreadable(), Counters(), 512 * 1024)
+        processors = stage.init(context)
+        owned.begin()
+        ownership = processors.route.__self__._ownership  # type: ignore[attr-defined]
+        before = ownership.token
+        emits = processors.route(LineMessage(TOPIC, 0, value))
+        assert {emit.value[0] for emit in emits if emit.value} <= declared.local  # probes, all of them
+        tokens.append(ownership.token == before)
+        stage.close()
+    assert tokens == [True, False]
+
+
 def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -> None:
     owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
     ownership = Ownership(owned, 2, 1)
