@@ -136,6 +136,7 @@ def kill_test(runtime: str, kafka: KafkaConfig, job: Job, kills: int, work: Path
     report, sink = _run(runtime, kafka, job, kills, work, "kill")
     resumed = sorted(report.resumed_after_s)
     return {"runtime": runtime, "job": job.name, "kills": report.kills, "restarts": report.restarts,
+            "exits": report.exits, "kill_points": report.kill_points,
             "seconds": round(report.seconds, 1), "resumed_after_s": report.resumed_after_s,
             "resumed_median_s": resumed[len(resumed) // 2] if resumed else None,
             "resumed_max_s": resumed[-1] if resumed else None, **_output(kafka, job, sink)}
@@ -205,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     table = _markdown(rates, kills, meta)
     (RESULTS / "runtime.md").write_text(table)
     print(table)
-    shutil.rmtree(work, ignore_errors=True)
+    exited = [k["runtime"] for k in kills if k["exits"]]
+    if exited:  # a worker that exited on its own: its log says why
+        print(f"{', '.join(exited)} exited on their own (restarted, as a supervisor would); "
+              f"their logs are kept in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     # Ours and the URL job's dedups must hold (each emits each URL once, read_committed); another
     # runtime's losses are a finding for the decision record, not a failure.
     bad = [r for r in rates + kills
