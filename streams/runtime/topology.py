@@ -77,6 +77,10 @@ class InternalTopic:
             kinds = [kind.__name__ for kind in found.values()]
             raise ConfigError(f"internal topic {self.name}: tags {sorted(found)} of {kinds}: "
                               "a tag is a byte, one type one tag")
+        if isinstance(self.local, frozenset) and not self.local <= found.keys():
+            unknown = sorted(self.local - found.keys())
+            raise ConfigError(f"internal topic {self.name}: local names tags {unknown} of no record type "
+                              "it carries")
         return found
 
 

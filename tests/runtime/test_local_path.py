@@ -89,6 +89,8 @@ def test_a_topic_that_names_record_types_takes_those_on_the_local_path_and_sends
     topology = plain_topology(internal=(InternalTopic("a", {1: object, 4: int}, local=frozenset({1})),  # type: ignore[dict-item]
                                         InternalTopic("b"), InternalTopic("c", local=False)))
     assert (topology.local_topics, topology.local_tags) == (frozenset({"a", "b"}), {"a": frozenset({1})})
+    with pytest.raises(ConfigError, match=r"local names tags \[7\]"):
+        InternalTopic("a", {1: object}, local=frozenset({1, 7})).tagged()  # type: ignore[dict-item]
 
 
 def test_records_are_decided_first_in_first_out_each_before_what_it_caused() -> None:
