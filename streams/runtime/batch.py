@@ -90,9 +90,12 @@ class OwnedShards:
 
     ``pending``: the shards owned whose shard topic still holds records routed to them before this
     worker took them (:mod:`streams.runtime.backlog`); :meth:`settled` leaves them to the topic.
+    ``detours`` counts the records the local path sent through their topic for one of them (owned,
+    not settled): a stage that vouches for what its own records did (the page stage's tokens)
+    starts its vouching afresh when the count moves, since such a record is still on its way.
     """
 
-    __slots__ = ("_first_use", "_stores", "generation", "pending", "states")
+    __slots__ = ("_first_use", "_stores", "detours", "generation", "pending", "states")
 
     def __init__(self, stores: Mapping[int, PartitionStore],
                  first_use: Callable[[int, BatchState], None] | None = None) -> None:
@@ -101,6 +104,7 @@ class OwnedShards:
         self.states: dict[int, BatchState] = {}
         self.generation = 0
         self.pending: set[int] = set()
+        self.detours = 0
 
     def __contains__(self, partition: int) -> bool:
         return partition in self._stores

@@ -171,8 +171,11 @@ class LocalPath:
         here (it goes through its topic); its dead letter when it is refused."""
         if not self._offline and partition == sender[1] and emit.topic == sender[0]:
             return None  # a shard's record to itself: how a processor goes on in a later transaction
-        state = self._owned.state(partition) if self._offline else self._owned.settled(partition)
+        owned = self._owned
+        state = owned.state(partition) if self._offline else owned.settled(partition)
         if state is None:
+            if partition in owned:
+                owned.detours += 1  # owned, not settled: through the topic, after the shard's backlog
             return None
         record = LocalRecord(emit.topic, partition, emit.key, emit.value, origin)
         counts = self._counts

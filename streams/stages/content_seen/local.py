@@ -46,7 +46,9 @@ shard's progress comes after the replies and notices of those probes.
   the probes were records in the shard's partition before any record this worker produced since;
   and so were the probes the runtime sent through the topic while the shard was not settled (each
   precedes every mark this worker sent after it, and once the shard is settled no probe of this
-  assignment goes that way: ``claimed`` asks for both). So a shard is *vouched* for this worker
+  assignment goes that way: ``claimed`` asks for both; a mark sent *before* such a probe must not
+  vouch, so each one the runtime sends around moves the token, :meth:`Ownership._sync`). So a shard
+  is *vouched* for this worker
   once it has processed a mark this worker produced since its assignment: each mark and progress
   record carries this worker's *token* (this process and stage ``init``, the assignment it was
   produced in, a count of taints, below: :attr:`Ownership.token`), and the shard keeps the last
@@ -104,7 +106,7 @@ class Ownership:
         self._generation = owned.generation
         self._epoch = 0  # assignments seen: the runtime's generation moved, or the inputs routed here
         self._taints = 0
-        self._detours = 0  # probes for a shard owned here sent through the topic (not settled yet)
+        self._detours = owned.detours  # the runtime's count of records sent around unsettled shards
         self._inputs: frozenset[tuple[str, int]] | None = None  # the input partitions routed here
         self._all_inputs = False
         self._token = self._make_token()
@@ -114,11 +116,18 @@ class Ownership:
                                           self._taints & 0xFFFFFFFF)
 
     def _sync(self) -> None:
-        """A new assignment: nothing vouched before counts, and which inputs are routed here is unknown."""
-        generation = self._owned.generation
-        if generation != self._generation:
-            self._generation = generation
+        """A new assignment: nothing vouched before counts, and which inputs are routed here is unknown.
+        A record the runtime's local path sent through the topic for a shard owned here (not settled:
+        it waits for the records routed there before it was taken) is a *detour*: a direct mark would
+        vouch for it while it is on its way, so what vouched before no longer does, until a mark sent
+        after it has been processed there (the detours count in the token's claim part)."""
+        owned = self._owned
+        if owned.generation != self._generation:
+            self._generation = owned.generation
             self._new_assignment()
+        if owned.detours != self._detours:
+            self._detours = owned.detours
+            self._token = self._make_token()
 
     def _new_assignment(self) -> None:
         self._epoch += 1
@@ -131,14 +140,6 @@ class Ownership:
         """Carried by this worker's marks and progress records."""
         self._sync()
         return self._token
-
-    def detour(self) -> None:
-        """A probe for a shard owned here went through the topic (the shard is not settled: the
-        runtime's local path waits for the records routed there before it was taken): a direct
-        mark would vouch for it while it is on its way, so what vouched before no longer does, until
-        a mark sent after it has been processed there."""
-        self._detours += 1
-        self._token = self._make_token()
 
     def taint(self) -> None:
         """A notice went to an owned gather shard as a record: what vouched for giving

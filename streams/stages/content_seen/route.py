@@ -45,7 +45,6 @@ from streams.stages.content_seen.decide import verdict
 from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
-from streams.stages.content_seen.local import Ownership
 from streams.stages.content_seen.relay import Relay
 from streams.stages.content_seen.shard_records import PageWaits, PayloadProbe, Probe
 from streams.stages.content_seen.waiting import PageCache, Source, encode_head
@@ -69,7 +68,7 @@ class Router:
     """The stage's ``route`` step (see the module docstring)."""
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
-                 gatherer: Gatherer, relay: Relay, ownership: Ownership, max_record_bytes: int,
+                 gatherer: Gatherer, relay: Relay, max_record_bytes: int,
                  last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
         self._last_verdicts = last_verdicts
@@ -77,7 +76,6 @@ class Router:
         self._pages = pages
         self._gatherer = gatherer
         self._relay = relay
-        self._ownership = ownership
         self._max_record_bytes = max_record_bytes
         self._payload_digests = payload_digests
         self._owned: OwnedShards = context.owned
@@ -117,17 +115,13 @@ class Router:
             self._check(emits)  # refused now, before a probe here writes anything
         probe: bytes | None = None
         topic = shards.topic
-        detour = False
         for table, table_key in enumerate(table_keys):
             shard = shards.shard_of(table_key)
-            detour = detour or (shard in owned and owned.settled(shard) is None)
             if table == 0 and payload is not None:
                 emits.append(Emit(topic, shards.frame(payload), table_key, shard))
             else:
                 probe = probe or shards.frame(Probe(page))
                 emits.append(Emit(topic, probe, table_key, shard))
-        if detour:  # a probe for a shard owned here goes through the topic: no direct mark vouches for it
-            self._ownership.detour()
         return emits
 
 

@@ -28,7 +28,7 @@ from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
 from streams.stages.content_seen.waiting import EARLY_PREFIX, PageCache, Source, replies
 from streams.topics import Topics
-from testing import simcluster
+from testing import simcluster, stages
 
 TOPICS = Topics("local.")
 TOPOLOGY = SPEC.topology(TOPICS, "a")
@@ -81,7 +81,7 @@ def test_a_shard_not_settled_or_a_probe_sent_around_it_stops_direct_marks_until_
     owned.pending.add(0)
     ownership.vouch(0, sent_before, state)
     assert ownership.claimed(0) is None  # not settled
-    ownership.detour()  # a probe for shard 0 went through the topic
+    owned.detours += 1  # the runtime's local path sent a probe for shard 0 through the topic
     owned.pending.clear()
     assert ownership.claimed(0) is None  # what vouched was sent before that probe
     ownership.vouch(0, sent_before, state)
@@ -90,9 +90,9 @@ def test_a_shard_not_settled_or_a_probe_sent_around_it_stops_direct_marks_until_
     assert ownership.claimed(0) is state
 
 
-def test_the_route_sends_probes_as_records_and_a_probe_around_a_shard_not_settled_detours() -> None:
-    """Probes are records the runtime's local path decides (the topic names them by tag); the route
-    detours the worker's token when one of them must go through the topic of a shard owned here."""
+def test_probes_are_records_and_one_sent_around_a_shard_not_settled_detours_the_token() -> None:
+    """Probes are records the runtime's local path decides (the topic names them by tag); one it must
+    send through the topic of a shard owned here (not settled) changes the worker's token."""
     declared = TOPOLOGY.internal[0][0]
     assert isinstance(declared.local, frozenset)
     assert {declared.tagged()[tag].__name__ for tag in declared.local} == {"Probe", "PayloadProbe"}
@@ -105,10 +105,12 @@ def test_the_route_sends_probes_as_records_and_a_probe_around_a_shard_not_settle
         context = StageContext(TOPOLOGY, 1, owned, Unreadable(), Counters(), 512 * 1024)
         processors = stage.init(context)
         owned.begin()
-        ownership = processors.route.__self__._ownership  # type: ignore[attr-defined]
+        ownership = processors.route.__self__._relay._ownership  # type: ignore[attr-defined]
         before = ownership.token
-        emits = processors.route(LineMessage(TOPIC, 0, value))
+        message = LineMessage(TOPIC, 0, value)
+        emits = processors.route(message)
         assert {emit.value[0] for emit in emits if emit.value} <= declared.local  # probes, all of them
+        stages.local_path(TOPOLOGY, context, processors).run(emits, message)
         tokens.append(ownership.token == before)
         stage.close()
     assert tokens == [True, False]
