@@ -16,6 +16,11 @@ each site (host) alone, since a stage can do well on the sum of slow sites and b
   re-fetches that found only churn changed (a 200 with the same text), the share called changed
   (false), with the signals that decided them.
 
+The pages are first fetched spread over one fixed interval at the run's budget, each with its own
+phase (:func:`first_fetches_s`); ``--seeds N`` replays every run at N seeds and reports the means,
+since on sites whose pages change once or twice in two years a seed moves freshness by more than
+the policies differ.
+
 Beside the policies, the hindsight optimum (bench/revisit_oracle.py) at each run's spend and at its
 budget, for the whole set and per site. ``--tree PATH`` also runs the default policy of another
 checkout's stage (its ``python -m streams revisit --offline``, in a subprocess whatever the driver)
@@ -61,6 +66,7 @@ class Scenario:
     min_interval_s: float = HOUR
     max_interval_s: float = 30 * DAY
     seed: int = 35
+    seeds: int = 1      # replays of each run, at seed, seed + 1, ...; the rows are their means
 
 
 @dataclass(frozen=True)
@@ -129,22 +135,32 @@ def replay(scenario: Scenario, run: Run, driver: str, mirrors: Path) -> dict[str
         stage = OfflineStage(run.env, Path(scratch), tree) if driver == "subprocess" or tree else None
         decide = stage.decide if stage is not None else in_process_stage(run.env)
         began = time.perf_counter()
-        tallies = _loop(site, decide, rng, scenario.warmup_days * DAY)
+        tallies = _loop(site, decide, rng, scenario.warmup_days * DAY, first_fetches_s(run))
         elapsed = time.perf_counter() - began
         if stage is not None:
             stage.close()
     return _measures(site, scenario, run, tallies, elapsed)
 
 
+def first_fetches_s(run: Run) -> float:
+    """The time over which the pages are first fetched: one interval of the fixed schedule at the
+    run's budget (a day for the runs without one). Staggered over it, every page's fetches have their
+    own phase; a site's pages first fetched within one day would share one phase for as long as their
+    intervals stay equal (the fixed interval's always), and where a site's changes come in batches
+    that one draw decides its freshness (vue at 0.1: 0.956 to 0.970 as the common start moves by two
+    days) where the policies are to be compared on their mean."""
+    return DAY / run.budget if run.budget else DAY
+
+
 def _loop(site: Site, decide: Decide, rng: random.Random,
-          start_s: float) -> tuple[dict[str, Tally], list[int]]:
+          start_s: float, first_fetches_s: float) -> tuple[dict[str, Tally], list[int]]:
     """Per host its tally, and every page's fetches after the warm-up."""
     pages, horizon_s = site.pages, site.window_s
     tallies = {host: Tally() for host in site.by_host}
     fetches = [0] * len(pages)
     stored: list[tuple[float, Version] | None] = [None] * len(pages)   # (fetched at, version)
     headers: list[dict[str, str]] = [{} for _ in pages]
-    queue = [(rng.uniform(0.0, DAY), page.index) for page in pages]
+    queue = [(rng.uniform(0.0, first_fetches_s), page.index) for page in pages]
     heapq.heapify(queue)
     while queue and queue[0][0] < horizon_s:
         now_s, index = heapq.heappop(queue)
@@ -249,10 +265,40 @@ def _measure(pages: list[SitePage], tally: Tally, fetches: list[int], window_s: 
 
 def run_all(scenario: Scenario, runs: list[Run], driver: str, jobs: int, site: Site,
             mirrors: Path) -> list[dict[str, Any]]:
+    """Each run replayed at each of the scenario's seeds, with its optima, and averaged (:func:`mean_of`)."""
+    seeded = [replace(scenario, seed=scenario.seed + k) for k in range(scenario.seeds)]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
                              initializer=_adopt, initargs=(site,)) as pool:
-        futures = [pool.submit(replay, scenario, run, driver, mirrors) for run in runs]
-        return [future.result() for future in futures]
+        futures = [[pool.submit(replay, at, run, driver, mirrors) for at in seeded] for run in runs]
+        results = [[future.result() for future in by_seed] for by_seed in futures]
+    for run, by_seed in zip(runs, results, strict=True):
+        for at, result in zip(seeded, by_seed, strict=True):
+            add_optima(site, at, run, result)
+    return [mean_of(by_seed) for by_seed in results]
+
+
+def mean_of(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's results at several seeds as one: numbers (and lists of them) averaged, counts of
+    signals too, anything else the first seed's; each site keeps its freshness at every seed
+    (``freshness_by_seed``), the spread the report quotes beside the mean."""
+    merged: dict[str, Any] = _mean(results)
+    if len(results) > 1:
+        for host, measured in merged["sites"].items():
+            measured["freshness_by_seed"] = [result["sites"][host]["freshness"] for result in results]
+        merged["freshness_by_seed"] = [result["freshness"] for result in results]
+    return merged
+
+
+def _mean(values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, dict):
+        keys = dict.fromkeys(key for value in values for key in value)
+        return {key: _mean([value.get(key, 0) for value in values]) for key in keys}
+    if isinstance(first, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in first):
+        return [sum(column) / len(values) for column in zip(*values, strict=True)]
+    if isinstance(first, int | float) and not isinstance(first, bool):
+        return sum(values) / len(values)
+    return first
 
 
 def bounds_of(run: Run, scenario: Scenario) -> tuple[float, float]:
@@ -295,7 +341,6 @@ def each_site_alone(scenario: Scenario, runs: list[Run], args: argparse.Namespac
         site = Site(replace(dataset, pages=tuple(p for p in dataset.pages if p.host == host)), hosts)
         for run, result in zip(chosen, run_all(scenario, chosen, args.driver, args.jobs, site, args.mirrors),
                                strict=True):
-            add_optima(site, scenario, run, result)
             result["sites"][host].pop("whole_optimum_at_budget", None)   # the site is the whole set here
             alone.setdefault(run.name, {})[host] = result["sites"][host]
     return alone
@@ -337,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="default policy's budgets, fetches per page per day")
     parser.add_argument("--warmup-days", type=float, default=Scenario.warmup_days)
     parser.add_argument("--seed", type=int, default=Scenario.seed)
+    parser.add_argument("--seeds", type=int, default=Scenario.seeds,
+                        help="replay every run at this many seeds (from --seed on) and report their means: "
+                             "a site's freshness moves by a few thousandths from one seed to the next")
     parser.add_argument("--driver", choices=["subprocess", "inprocess"], default="subprocess",
                         help="inprocess calls the stage directly (quick experiments; not the benchmark)")
     parser.add_argument("--tree", type=Path, action="append", default=[],
@@ -363,12 +411,10 @@ def main(argv: list[str] | None = None) -> int:
         dataset = replace(dataset, pages=tuple(p for p in dataset.pages if p.host in wanted))
     site = Site(dataset, hosts)
     budgets = tuple(float(b) for b in args.budgets.split(","))
-    scenario = Scenario(args.warmup_days, budgets, seed=args.seed)
+    scenario = Scenario(args.warmup_days, budgets, seed=args.seed, seeds=args.seeds)
     wanted_policies = tuple(args.policies.split(","))
     runs = [run for run in standard_runs(scenario, _trees(args.tree)) if run.name.startswith(wanted_policies)]
     results = run_all(scenario, runs, args.driver, args.jobs, site, args.mirrors)
-    for run, result in zip(runs, results, strict=True):
-        add_optima(site, scenario, run, result)
     if args.each_site:
         alone = each_site_alone(scenario, runs, args, dataset, [h for h in hosts if h in site.by_host])
         for result in results:

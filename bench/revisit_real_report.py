@@ -62,6 +62,9 @@ def _targets(name: str, default: dict[str, Any], fixed: dict[str, Any], site: st
     if "whole_optimum_at_budget" in default:    # could the whole set's optimum pass "fresher" here?
         gap = default["whole_optimum_at_budget"] - fixed["freshness"]
         checked[0]["whole_optimum_minus_fixed"] = round(gap, 5)
+    if "freshness_by_seed" in default:      # the differences seed by seed, for the spread
+        checked[0]["by_seed"] = [round(a - b, 5) for a, b in zip(default["freshness_by_seed"],
+                                                                  fixed["freshness_by_seed"], strict=True)]
     return checked
 
 
@@ -82,7 +85,11 @@ def report(scenario: Scenario, command: str, summary: dict[str, Any], results: l
         f"the largest one-commit batch changed {summary['largest_batch']} pages. "
         f"Measured over the last {summary['window_days'] - scenario.warmup_days:g} days (after "
         f"{scenario.warmup_days:g} of warm-up); default and fixed bounds "
-        f"{scenario.min_interval_s / HOUR:g} h to {scenario.max_interval_s / DAY:g} d. Each policy drives "
+        f"{scenario.min_interval_s / HOUR:g} h to {scenario.max_interval_s / DAY:g} d; the pages first "
+        "fetched spread over one fixed interval at the run's budget, each with its own phase. "
+        + (f"Every run replayed at {scenario.seeds} seeds ({scenario.seed} on): the rows are their means, "
+           "the per-site checks' freshness range beside them. " if scenario.seeds > 1 else "")
+        + "Each policy drives "
         "`python -m streams revisit --offline` one fetch at a time (bench/revisit_real.py; the site, its "
         "churn and its validators: bench/revisit_site.py). The optimum: Cho and Garcia-Molina's allocation "
         "from each page's true rate at the same spend and bounds, replayed on the same histories "
@@ -170,11 +177,14 @@ def _check_tables(outcome: list[dict[str, Any]]) -> list[str]:
              f"budget (>= {SITE_RATIO}), real changes missed (<= 0.05), churn called changed (<= 0.01), rank "
              "correlation (>= 0.9); NO marks a failed target. Beside the first, the same difference for the "
              "whole set's optimum at the budget on this site (negative: the optimum would fail it too, its "
-             "fetches going to busier sites).", "",
+             "fetches going to busier sites); with several seeds, after it the difference at each seed.", "",
              "| run | site | fresher | the optimum's | ratio | missed | churn | rank corr. | passed |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for (run, host), rows in by_row.items():
         cells = [f"{rows[k]['value']}{'' if rows[k]['passed'] else ' NO'}" for k in keys]
+        by_seed = rows["fresher"].get("by_seed")
+        if by_seed:
+            cells[0] += " (" + ", ".join(f"{d:+.5f}" for d in by_seed) + ")"
         cells.insert(1, str(rows["fresher"].get("whole_optimum_minus_fixed", "")))
         passed = all(rows[k]["passed"] for k in keys)
         lines.append(f"| {run} | {host} | " + " | ".join(cells) + f" | {'yes' if passed else 'NO'} |")
