@@ -147,20 +147,20 @@ def first_fetches_s(run: Run) -> float:
     run's budget (a day for the runs without one). Staggered over it, every page's fetches have their
     own phase; a site's pages first fetched within one day would share one phase for as long as their
     intervals stay equal (the fixed interval's always), and where a site's changes come in batches
-    that one draw decides its freshness (vue at 0.1: 0.956 to 0.970 as the common start moves by two
-    days) where the policies are to be compared on their mean."""
+    that one draw, not the policy, would decide the comparison (docs/revisit.md, "Real change
+    histories", has the figures)."""
     return DAY / run.budget if run.budget else DAY
 
 
 def _loop(site: Site, decide: Decide, rng: random.Random,
-          start_s: float, first_fetches_s: float) -> tuple[dict[str, Tally], list[int]]:
+          start_s: float, first_fetch_spread_s: float) -> tuple[dict[str, Tally], list[int]]:
     """Per host its tally, and every page's fetches after the warm-up."""
     pages, horizon_s = site.pages, site.window_s
     tallies = {host: Tally() for host in site.by_host}
     fetches = [0] * len(pages)
     stored: list[tuple[float, Version] | None] = [None] * len(pages)   # (fetched at, version)
     headers: list[dict[str, str]] = [{} for _ in pages]
-    queue = [(rng.uniform(0.0, first_fetches_s), page.index) for page in pages]
+    queue = [(rng.uniform(0.0, first_fetch_spread_s), page.index) for page in pages]
     heapq.heapify(queue)
     while queue and queue[0][0] < horizon_s:
         now_s, index = heapq.heappop(queue)
