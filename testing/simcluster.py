@@ -179,7 +179,7 @@ class Cluster:
             routed[partition] = at + 1
         positions = self._positions(worker, routed)
         assert worker.context is not None
-        emits += worker.context.services.punctuators.run(positions)
+        emits += local.run(worker.context.services.punctuators.run(positions), None)  # as the engine
         listeners = worker.context.services.listeners
         if abort:
             for listener in listeners:

@@ -55,6 +55,7 @@ from streams.runtime.kafka_io import KafkaConfig, RecordReader
 from streams.runtime.lifecycle import Lifecycle
 from streams.runtime.listeners import Listeners
 from streams.runtime.local_path import LocalPath, LocalRecord
+from streams.runtime.message import InputPositions
 from streams.runtime.outputs import Outputs
 from streams.runtime.restore import ShardOpener, processes_for, restore_cold
 from streams.runtime.shards import Shards, StoreFactory, stage_dir
@@ -357,7 +358,7 @@ class Engine:
         states = self._owned.begin()
         self._producer.begin_transaction()
         try:
-            self._commit.produce(self._punctuators.run(positions))
+            self._commit.produce(self._callbacks(positions))
             changelog_ends = self._commit.commit([], states, self._consumer)
         except KafkaException as error:
             self._abort([], error)
@@ -432,7 +433,7 @@ class Engine:
                 states, done = self._process_until(batch, start, began + budget_s)
                 part = batch[start:start + done]
                 positions = self._positions.after(part)
-                self._commit.produce(self._punctuators.run(positions))
+                self._commit.produce(self._callbacks(positions))
                 changelog_ends = self._commit.commit(part, states, self._consumer)
             except KafkaException as error:
                 self._abort(batch[start:], error)
@@ -486,15 +487,25 @@ class Engine:
                 self._commit.produce(emits)
         return states, done
 
-    def _refuse_local(self, record: LocalRecord, error: Exception) -> Emit:
+    def _callbacks(self, positions: InputPositions | None) -> list[Emit]:
+        """What the per-transaction callbacks emit, their records for owned, settled shards decided
+        at once as a processor's are (:mod:`streams.runtime.local_path`)."""
+        emits = self._punctuators.run(positions)
+        return self._local.run(emits, None) if emits and self._local.active else emits
+
+    def _refuse_local(self, record: LocalRecord, error: Exception) -> list[Emit]:
         """A record its processor refused on the local path: the dead letter of the record that sent
-        it, which has a place in a topic and can be replayed (:mod:`streams.runtime.local_path`)."""
+        it, which has a place in a topic and can be replayed (:mod:`streams.runtime.local_path`); a
+        callback's record has none to name, and is logged (its sender's state is wrong)."""
         self._listeners.refused()
         where = f"its record for {record.topic()}[{record.partition()}], decided at once"
+        if record.origin is None:
+            log.error("a callback's record refused on the local path: %s: %r", where, error)
+            return []
         if isinstance(error, RecordRejected):
-            return self._outputs.dead_letter(record.origin, error.reason, f"{error.detail} ({where})")
+            return [self._outputs.dead_letter(record.origin, error.reason, f"{error.detail} ({where})")]
         log.error("processing failed on the local path: %s", where, exc_info=error)
-        return self._outputs.dead_letter(record.origin, "processing_error", f"{error!r} ({where})")
+        return [self._outputs.dead_letter(record.origin, "processing_error", f"{error!r} ({where})")]
 
     def _abort(self, batch: list[Message], error: KafkaException) -> None:
         """An abortable error: drop the batch's state, abort, rewind to the batch's first offsets."""

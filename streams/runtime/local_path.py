@@ -12,7 +12,9 @@ group generation that fences a topic record's transaction fences this one. What 
 emits goes the same way, records before the records they caused (first in, first out), so a shard
 sees one worker's records in the order they were sent, as through the topic. The same processors
 decide a record read from the topic and one decided here: a stage has one entry point per
-processor, and never asks which shards it owns.
+processor, and never asks which shards it owns. The records a per-transaction callback returns
+(:mod:`streams.runtime.schedule`) take the path too; they have no record that sent them, so one
+refused here is logged by the engine, not made a dead letter.
 
 A record a shard sends to itself (same topic, same partition) goes through the topic, always: it is
 how a processor goes on in a later transaction (the URL stage's forget scans a shard one part per
@@ -44,20 +46,22 @@ from streams.runtime.message import Message
 from streams.runtime.partitioner import partition_for
 
 ShardHandler = Callable[[Message, BatchState], list[Emit]]
-Refuse = Callable[["LocalRecord", Exception], Emit]  # a local record refused: its dead letter
+Refuse = Callable[["LocalRecord", Exception], list[Emit]]  # a local record refused: its dead letter
 Check = Callable[[list[Emit]], None]  # a record's outputs against their topics' limits
 
 NOT_WRITTEN: Final = -1  # the offset of a record decided on the local path: it has none
+NO_TIMESTAMP: Final = (0, -1)  # confluent_kafka's TIMESTAMP_NOT_AVAILABLE, and no time
 
 
 class LocalRecord:
     """A record decided on the local path, as its processor reads it: the topic, shard, key and value
-    it was sent with; the time of the record that caused it (its offset has none: -1)."""
+    it was sent with; the time of the record that caused it (its offset has none: -1; a
+    per-transaction callback's record has no cause: no time either)."""
 
     __slots__ = ("_key", "_origin", "_partition", "_topic", "_value")
 
     def __init__(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-                 origin: Message) -> None:
+                 origin: Message | None) -> None:
         self._topic = topic
         self._partition = partition
         self._key = key
@@ -80,11 +84,11 @@ class LocalRecord:
         return self._value
 
     def timestamp(self) -> tuple[int, int]:
-        return self._origin.timestamp()
+        return NO_TIMESTAMP if self._origin is None else self._origin.timestamp()
 
     @property
-    def origin(self) -> Message:
-        """The input (or topic) record whose processing sent it."""
+    def origin(self) -> Message | None:
+        """The input (or topic) record whose processing sent it; None for a per-transaction callback's."""
         return self._origin
 
 
@@ -127,12 +131,12 @@ class LocalPath:
         """Whether any topic has a local path (else :meth:`run` is never worth calling)."""
         return bool(self._local)
 
-    def run(self, emits: list[Emit], origin: Message) -> list[Emit]:
-        """``emits`` (a record's, checked already), with every record for an owned, settled shard of
-        a local topic decided here, and what those decided emit in turn: what is left to produce,
-        in order."""
+    def run(self, emits: list[Emit], origin: Message | None) -> list[Emit]:
+        """``emits`` (a record's, checked already, or None's: a per-transaction callback's), with
+        every record for an owned, settled shard of a local topic decided here, and what those
+        decided emit in turn: what is left to produce, in order."""
         local = self._local
-        sender = (origin.topic() or "", origin.partition() or 0)
+        sender = ("", -1) if origin is None else (origin.topic() or "", origin.partition() or 0)
         if len(emits) == 1:  # most records send one (a URL to its shard): no queue for it
             emit = emits[0]
             partition = self._shard_of(emit) if emit.topic in local and self._takes(emit) else None
@@ -146,7 +150,7 @@ class LocalPath:
             return self._queue(emits, origin, sender)
         return emits
 
-    def _queue(self, emits: list[Emit], origin: Message, sender: tuple[str, int]) -> list[Emit]:
+    def _queue(self, emits: list[Emit], origin: Message | None, sender: tuple[str, int]) -> list[Emit]:
         """Each of ``emits`` (sent by ``sender``, a topic and partition) decided here or left, and
         what those decided cause after them (first in, first out)."""
         local = self._local
@@ -164,7 +168,7 @@ class LocalPath:
                 pending.extend((each, (emit.topic, partition)) for each in caused)
         return out
 
-    def _decide(self, emit: Emit, partition: int, origin: Message,
+    def _decide(self, emit: Emit, partition: int, origin: Message | None,
                 sender: tuple[str, int]) -> list[Emit] | None:
         """What ``emit`` (of a local topic, for shard ``partition``, sent by ``sender``) causes,
         decided here; None when a shard sends it to itself, or its shard is not owned and settled
@@ -187,7 +191,7 @@ class LocalPath:
             worker_error = isinstance(error, StreamsError) and not isinstance(error, RecordRejected)
             if self._refuse is None or worker_error:
                 raise  # offline's line is refused whole; a worker's configuration or state is wrong
-            return [self._refuse(record, error)]
+            return self._refuse(record, error)
         return caused
 
     def _takes(self, emit: Emit) -> bool:

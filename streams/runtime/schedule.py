@@ -8,8 +8,10 @@ input has been routed this way (:mod:`streams.stages.content_seen.relay`). (Call
 time, Kafka Streams' ``WALL_CLOCK_TIME``, were offered too; no stage used them, and they went.)
 
 What a callback returns is produced in the transaction it runs in, so it commits or aborts with the
-records and state writes it speaks for. Input positions are tracked only when a callback wants
-them (:meth:`Punctuators.tracker`): tracking reads every record's offset.
+records and state writes it speaks for; its records for shards this worker owns take the local path
+as a processor's do (:mod:`streams.runtime.local_path`: decided at once, their outputs checked).
+Input positions are tracked only when a callback wants them (:meth:`Punctuators.tracker`):
+tracking reads every record's offset.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 from streams.errors import ConfigError, RecordRejected
 from streams.runtime.batch import BatchState, Emit, OwnedShards
-from streams.runtime.local_path import NOT_WRITTEN, LocalPath, LocalRecord
+from streams.runtime.local_path import NO_TIMESTAMP, NOT_WRITTEN, LocalPath, LocalRecord
 from streams.runtime.message import Message
 from streams.runtime.offline import LineMessage
 from streams.runtime.partitioner import partition_for
@@ -44,10 +44,10 @@ def _out(message: Message, state: BatchState) -> list[Emit]:
 
 def _path(owned: OwnedShards, local: frozenset[str] = frozenset({"a", "b"}),
           refused: list[LocalRecord] | None = None) -> LocalPath:
-    def refuse(record: LocalRecord, error: Exception) -> Emit:
+    def refuse(record: LocalRecord, error: Exception) -> list[Emit]:
         assert refused is not None
         refused.append(record)
-        return Emit("dlq", record.value(), record.key())
+        return [Emit("dlq", record.value(), record.key())]
     handlers = {"a": _forward("b"), "b": _out}
     return LocalPath(handlers, local, SHARDS, owned, None if refused is None else refuse)  # type: ignore[arg-type]
 
@@ -161,6 +161,20 @@ def test_a_refused_local_record_is_its_own_dead_letter_and_the_others_stand(valu
     out = _path(shards, refused=refused).run([Emit("b", b"ok", b"k", 1), Emit("b", value, b"k", 1)], ORIGIN)
     assert [(emit.topic, emit.value) for emit in out] == [("out", b"ok"), ("dlq", value)]
     assert [record.value() for record in refused] == [value]
+
+
+def test_a_callback_s_records_are_decided_with_no_origin_and_no_time() -> None:
+    """A per-transaction callback's records (origin None) take the path as a processor's do; one
+    refused reaches the refusal with no record to name (the engine logs it), and none of them is
+    taken for a shard's record to itself."""
+    shards = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
+    shards.begin()
+    refused: list[LocalRecord] = []
+    out = _path(shards, refused=refused).run([Emit("a", b"ok", b"k", 0), Emit("b", b"bad", b"k", 1)], None)
+    left = [(emit.topic, emit.value) for emit in out]
+    assert left == [("dlq", b"bad"), ("out", b"ok")]  # first in, first out: a's record for b after b's
+    assert [(record.origin, record.timestamp(), record.offset()) for record in refused] == [
+        (None, NO_TIMESTAMP, NOT_WRITTEN)]
 
 
 def test_without_a_dead_letter_writer_a_refusal_is_raised_and_so_is_a_worker_error() -> None:
