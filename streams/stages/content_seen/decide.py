@@ -6,16 +6,16 @@ or read back from the input topic by its position (:mod:`streams.stages.content_
 why the page itself is never state). A unique page whose input record is gone (retention) keeps its
 verdict, and a ``page_unavailable`` dead letter says which page ``unique-pages`` lacks.
 
-A worker alone decides a page in the transaction whose progress covers its horizon
-(:meth:`Decider.decide_here`, the local path: :mod:`streams.stages.content_seen.local`), with no
-decide record. Either way a page whose outputs a topic refuses becomes a dead letter alone
+A page is decided by the processor of the progress (or drain) record that covers its horizon, in
+that record's transaction, with no decide record of its own (:meth:`Decider.decide_covered`; on
+the local path, :mod:`streams.stages.content_seen.local`, the progress a worker's own shards give
+it is decided at once). A page whose outputs a topic refuses becomes a dead letter alone
 (``output_too_large``) that names and carries its input record, so it can be replayed from the
 letter, and the other pages decided with it keep theirs.
 """
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from typing import Any
 
@@ -30,8 +30,6 @@ from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.payloads import Capture
 from streams.stages.content_seen.shard_records import Decide
 from streams.stages.content_seen.waiting import PageCache, Source, source_of, take
-
-log = logging.getLogger(__name__)
 
 
 def payload_fields(head: dict[str, Any], first: Capture | None) -> dict[str, str | None]:
@@ -81,19 +79,7 @@ class Decider:
         processor returns, but its letter for a refused output would name and carry that record,
         from which the page cannot be replayed: so the page's own outputs are checked here first."""
         page = take(state, order)
-        return (self._outputs_or_letter(page.head, page.best, page.first, callback=False)
-                + self._note(order, page.head, page.best))
-
-    def decide_here(self, state: BatchState, shard: int, order: bytes) -> list[Emit]:
-        """The page of ``order``, taken off gather shard ``shard``'s queue, decided now: what a
-        decide record would give, its outputs checked as that record's would be (what a
-        per-transaction callback returns is produced unchecked)."""
-        try:
-            page = take(state, order)
-        except RecordRejected as refused:  # the state lacks the page: what a decide record's dead letter says
-            log.error("page %s off gather shard %d: %s", order.hex(), shard, refused.detail)
-            return []
-        return (self._outputs_or_letter(page.head, page.best, page.first, callback=True)
+        return (self._outputs_or_letter(page.head, page.best, page.first)
                 + self._note(order, page.head, page.best))
 
     def _note(self, order: bytes, head: dict[str, Any], best: Match | None) -> list[Emit]:
@@ -105,26 +91,21 @@ class Decider:
         return self._last_verdicts.note(head["url"], record)
 
     def _outputs_or_letter(self, head: dict[str, Any], best: Match | None, first: Capture | None,
-                           callback: bool) -> list[Emit]:
+                           ) -> list[Emit]:
         """The page's outputs; when a topic refuses one (``output_too_large``), a dead letter that
         names and carries the page's input record instead, as a bad record's letter carries it:
         read back (the verdict took it from memory), so the page can be replayed from the letter.
-        ``callback``: decided in a per-transaction callback, whose outputs nobody checks after this
-        (every one is checked and counted here); else a processor's, which the engine checks and
-        counts again (only the page's verdict and unique page are checked here)."""
+        Only the page's verdict and unique page are checked here: the runtime checks and counts
+        everything a processor returns (the letter too), on the local path as from the topic."""
         emits = self.verdict(head, best, first)
         context = self._context
         try:
-            context.check_outputs(emits if callback else
-                                  [emit for emit in emits if emit.topic in (self._verdicts, self._unique)])
+            context.check_outputs([emit for emit in emits if emit.topic in (self._verdicts, self._unique)])
         except RecordRejected as refused:
             source = source_of(head)
-            letter = context.dead_letter(reason=refused.reason, detail=refused.detail, topic=source.topic,
-                                         partition=source.partition, offset=source.offset,
-                                         value=self._reader.read(*source))
-            if callback:
-                context.check_outputs([letter])  # counted as the engine counts its own
-            return [letter]
+            return [context.dead_letter(reason=refused.reason, detail=refused.detail, topic=source.topic,
+                                        partition=source.partition, offset=source.offset,
+                                        value=self._reader.read(*source))]
         return emits
 
     def verdict(self, head: dict[str, Any], best: Match | None, first: Capture | None = None) -> list[Emit]:

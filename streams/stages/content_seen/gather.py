@@ -1,7 +1,7 @@
 """The gather step: a page waits at its gather shard for its replies, notices and horizon.
 
 :class:`Gatherer` is the processor of the :class:`PageWaits`, :class:`Reply`, :class:`Notice`,
-:class:`Progress` and :class:`Drain` records
+:class:`Progress`, :class:`VouchedProgress` and :class:`Drain` records
 (:mod:`streams.stages.content_seen.shard_records`); the functions below, and
 :mod:`streams.stages.content_seen.waiting`'s for what a page has heard, are the state they keep.
 
@@ -63,12 +63,11 @@ from streams.stages.content_seen.shard_records import (
     PayloadReply,
     Progress,
     Reply,
+    VouchedProgress,
 )
 from streams.stages.content_seen.waiting import (
     DRAIN_FIRST,
     PageCache,
-    Replies,
-    Source,
     decode_head,
     hear,
     hear_early,
@@ -119,14 +118,22 @@ def queue_key(number: int) -> bytes:
     return b"q" + _NUMBER.pack(number)
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a page's arrival found: ``all_in``, its replies all came before it; ``first``, it is the
+    only page queued, so its arrival may have put a covered horizon at the queue's front."""
+
+    all_in: bool
+    first: bool
+
+
 def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, place: InputId,
-           offset: int, shard_count: int, seed: bytes = b"", by_record: bool = False) -> bool:
+           offset: int, shard_count: int, seed: bytes = b"") -> Arrival:
     """A page arrives to wait for its replies: its head as state, and its place at the back of the
     queue with its own input partition (``place``) and offset, or at once its horizon
-    (:func:`_horizon_at_arrival`) when its router reported its log ends (``seed``). A page arriving
-    ``by_record`` takes in the replies that came before it
-    (:func:`~streams.stages.content_seen.waiting.hear_early`; a page routed here arrives before its
-    probes, and is spared the read). Whether all its replies are in."""
+    (:func:`_horizon_at_arrival`) when its router reported its log ends (``seed``). It takes in the
+    replies that came before it (:func:`~streams.stages.content_seen.waiting.hear_early`: probes of
+    another worker's, or through the topic of a shard not settled here)."""
     state.set(b"p" + order, stored_head)
     queue = Queue.decode(state.get(QUEUE_KEY))
     number, queue.tail = queue.tail, queue.tail + 1
@@ -135,10 +142,10 @@ def arrive(state: BatchState, order: bytes, stored_head: bytes, tables: int, pla
     horizon = None if known is None else _horizon_at_arrival(state, queue, number, own, known, shard_count)
     entry = _OWN + encode_horizon(own) if horizon is None else _TAKEN + encode_horizon(horizon)
     state.set(queue_key(number), order + entry)
-    heard = heard_on_arrival(state, order, tables) if by_record else Replies(0, tables)
+    heard = heard_on_arrival(state, order, tables)
     state.set(b"w" + order, heard.encode())
     state.set(QUEUE_KEY, queue.encode())
-    return heard.count >= tables
+    return Arrival(heard.count >= tables, number == queue.head)
 
 
 def _horizon_at_arrival(state: BatchState, queue: Queue, number: int, own: dict[InputId, int],
@@ -187,19 +194,21 @@ def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tu
     covered, at most ``limit``: their order keys (each is then decided on its own, :func:`take`:
     by a record, or at once on the local path); and whether to send a drain record (more may be
     ready, and none is on its way)."""
-    view = GatherView.decode(state.get(GATHER_KEY))
-    merged = False
-    for shard, routing in progress:
-        view.merge(shard, routing)
-        merged = True
-    if merged:
+    raw = state.get(GATHER_KEY)
+    told = list(progress)
+    if told:
+        view = GatherView.decode(raw)
+        for shard, routing in told:
+            view.merge(shard, routing)
         state.set(GATHER_KEY, view.encode())
+        coverage = view.coverage(shard_count)
+    else:  # a drain, or a page arriving first: the view as it was (read only)
+        view, coverage = _known(raw, shard_count)
     queue = Queue.decode(state.get(QUEUE_KEY))
     changed = drained and queue.draining
     if changed:
         queue.draining = False  # this was the drain record on its way
     found: list[bytes] = []
-    coverage = view.coverage(shard_count)
     if coverage is not None:
         _take_horizons(state, queue, view, coverage)
     while coverage is not None and queue.head < queue.tail and len(found) < limit:
@@ -253,8 +262,8 @@ def _take_horizons(state: BatchState, queue: Queue, view: GatherView,
 
 class Gatherer:
     """The processor of the records a page's gather shard takes but a :class:`Decide` (module
-    docstring), and what the local path does at a gather shard owned here
-    (:mod:`streams.stages.content_seen.local`)."""
+    docstring), and where a reply or notice goes (:meth:`tell`, the stage's local path:
+    :mod:`streams.stages.content_seen.local`)."""
 
     def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership, pages: PageCache,
                  topic_index: Mapping[str, int], races: Counter[str],
@@ -273,38 +282,37 @@ class Gatherer:
     def processors(self) -> list[On[Any]]:
         return [On(PageWaits, self.page), On(Reply, self.reply), On(Notice, self.notice),
                 On(PayloadReply, self.payload_reply), On(PayloadNotice, self.payload_notice),
-                On(Progress, self.progress), On(Drain, self.drain)]
+                On(Progress, self.progress), On(VouchedProgress, self.vouched_progress),
+                On(Drain, self.drain)]
 
     def page(self, record: PageWaits, message: Message, state: BatchState) -> list[Emit]:
         """A page waits for its replies (and its horizon): its head as state, the input record sent
-        along kept in memory. Committed before any of its probes was answered, it precedes the
-        replies sent as records; the ones probed by this shard's owner before it came are taken in.
+        along kept in memory (a page decided at once, on the runtime's local path, sends none: its
+        router kept it). Before any of its probes, it precedes the replies sent as records; the ones
+        probed before it came (a probe record of another partition) are taken in.
 
-        The queue is looked at again (a page covered already is decided now): the progress that
-        covers it may have been given here directly before it arrived (:mod:`.relay`, by a worker
-        none of whose shards it was probed in, so no reply of them followed it as a record), and
-        then no other record would come to decide it, a draining stage's last page above all."""
+        The queue is looked at again when the page is its only one (a page covered already is
+        decided now): the progress that covers it may have been given here directly before it
+        arrived (:mod:`.relay`, by a worker none of whose shards it was probed in, so no reply of
+        them followed it as a record), and then no other record would come to decide it, a
+        draining stage's last page above all. Behind other pages it waits for them: every record
+        that can cover the queue's front looks at the queue (progress, drain, and this), so a front
+        left waiting is not covered (or a drain record is on its way to it), and an arrival behind
+        it changes neither it nor the coverage. (Looking at the queue at every arrival cost about a
+        tenth of the stage's pages per second, a decode of the shard's view each: ``bench.content_ab``.)"""
         head = record.fields()
         source = source_of(head)
-        if record.carried:
-            self._pages.put(source, record.carried)
-        if self._arrive(state, message.key() or b"", record.head, head["tables"], source, record.seed, True):
-            self._pages.park(source)  # its replies came before it
-        return self._take(message.partition() or 0, [], False, state)
-
-    def arrive_here(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
-                    seed: bytes) -> None:
-        """A page routed here whose gather shard is owned here waits there at once (the local path):
-        before any of its probes, so its replies find it."""
-        self._arrive(state, order, head, tables, source, seed, False)
-
-    def _arrive(self, state: BatchState, order: bytes, head: bytes, tables: int, source: Source,
-                seed: bytes, by_record: bool) -> bool:
         topic = self._topic_index.get(source.topic)
         if topic is None:
             raise RecordRejected("invalid_shard_record", f"a page of {source.topic}, not an input topic")
+        if record.carried:
+            self._pages.put(source, record.carried)
         place = (topic, source.partition)
-        return arrive(state, order, head, tables, place, source.offset, self._shards.shards, seed, by_record)
+        arrival = arrive(state, message.key() or b"", record.head, head["tables"], place, source.offset,
+                         self._shards.shards, record.seed)
+        if arrival.all_in:
+            self._pages.park(source)  # its replies came before it
+        return self._take(message.partition() or 0, [], False, state) if arrival.first else []
 
     def tell(self, order: bytes, told: Reply | Notice | PayloadReply | PayloadNotice) -> list[Emit]:
         """A reply or notice for the page of ``order``: applied at once when its gather shard is owned
@@ -369,6 +377,12 @@ class Gatherer:
         partition = message.partition() or 0
         self._ownership.vouch(partition, record.token, state)
         return self._take(partition, [(record.shard, record.view)], False, state)
+
+    def vouched_progress(self, record: VouchedProgress, message: Message, state: BatchState) -> list[Emit]:
+        """Progress this shard vouched for (:mod:`streams.stages.content_seen.local`, (3)): taken as a
+        progress record's, with no token to keep (it is decided at once on the runtime's local path,
+        so it vouches for nothing newer than the record that vouched for it)."""
+        return self._take(message.partition() or 0, list(record.told), False, state)
 
     def drain(self, record: Drain, message: Message, state: BatchState) -> list[Emit]:
         return self._take(message.partition() or 0, [], True, state)

@@ -4,32 +4,36 @@ The shard topic only carries a record to the worker that owns its shard. When th
 (one worker owns every shard), the trip (encode, produce, commit, fetch back, decode: several
 transactions of hops per page, :mod:`streams.stages.content_seen.stage`) decides nothing a direct
 call could not, as the URL stage found for its URLs (now the runtime's local path,
-:mod:`streams.runtime.local_path`, which the page stage's ``shards`` topic takes for its probes;
-the rest is here, its horizons needing the vouching below). So, against the owned shard's state
+:mod:`streams.runtime.local_path`, which the page stage's ``shards`` topic takes for its arrivals,
+probes and vouched progress; when a record may take it is decided here, its horizons needing the
+vouching below). So, against the owned shard's state
 as the open transaction sees it (:class:`~streams.runtime.extras.OwnedShards`, the state its shard
 records are processed against, so the writes commit or abort with the batch and the same group
 generation fences them):
 
-1. **Always** (any worker, any mode): a page whose gather shard is owned here *arrives* there in the
-   routing transaction (no :class:`PageWaits` record); a probe of an owned, settled shard is decided
-   in the routing transaction by the probe processor itself (the runtime's local path; a shard
-   with records routed to it before this worker took it gets its probes through the topic, after
-   them); a reply or notice to an owned gather
-   shard where its page waits is applied there at once (:meth:`Gatherer.tell
+1. **Always** (any worker, any mode): a page whose gather shard is owned here and settled *arrives*
+   there in the routing transaction, and a probe of an owned, settled shard is probed there, each
+   record decided by its processor on the runtime's local path (the page's input record waits in
+   memory, not in its :class:`PageWaits`); a shard with records routed to it before this worker took
+   it gets them through the topic, after those, and the token is *detoured* ((2)); a reply or
+   notice to an owned gather shard where its page waits is applied there at once
+   (:meth:`Gatherer.tell
    <streams.stages.content_seen.gather.Gatherer.tell>`), and a reply to one where its page has not
    arrived yet waits for it there (:func:`~streams.stages.content_seen.waiting.hear_early`). Each
    shard still sees one page's probes in table order and the pages in routing order, so its state
    evolves as through the topic.
 2. **Once vouched and settled**: this worker's routing marks are merged into an owned shard's view
    directly (:meth:`Ownership.claimed`), not sent as :class:`Mark` records.
-3. **Once vouched with the current token**: an owned shard's progress is given directly to each
+3. **Once vouched with the current token**: an owned shard's progress goes to each settled
    gather shard owned here that has processed one of this worker's records carrying its current
-   token, and the pages whose horizons it covers are decided in the same transaction
-   (:meth:`Ownership.gathers_here`; :mod:`streams.stages.content_seen.relay`); the other gather
-   shards get it as records. A page that must still wait stays in its queue and is decided by the
-   transaction whose progress covers it. A worker that owns every shard and routes every input
-   partition is *alone* (:meth:`Ownership.alone`): then no record of any other worker can reach a
-   gather shard at all.
+   token as a :class:`~streams.stages.content_seen.shard_records.VouchedProgress`, which the
+   runtime's local path has the gather shard take at once, deciding the pages whose horizons it
+   covers in the same transaction (:meth:`Ownership.vouched_gathers`;
+   :mod:`streams.stages.content_seen.relay`); the other gather shards get it as
+   :class:`~streams.stages.content_seen.shard_records.Progress` records. A page that must still
+   wait stays in its queue and is decided by the transaction whose progress covers it. A worker
+   that owns every shard and routes every input partition is *alone* (:meth:`Ownership.alone`):
+   then no record of any other worker can reach a gather shard at all.
 
 Why this keeps the horizon argument (:mod:`streams.stages.content_seen.horizon`). That argument
 needs two orders: at a shard, a mark comes after the probes it vouches for; at a gather shard, a
@@ -69,7 +73,9 @@ shard's progress comes after the replies and notices of those probes.
   worker's progress records.)
 
 Alone, a notice for a page not waiting at its owned gather shard is late (that page was decided:
-no :class:`PageWaits` can still be on its way), and is counted as such without a record.
+no :class:`PageWaits` can still be on its way; one this worker sent around an unsettled gather
+shard detoured its token, so it is not alone until a record newer than that one vouches), and is
+counted as such without a record.
 
 A new assignment (:attr:`OwnedShards.generation`, or other input partitions in the positions
 reported), a new process or a new stage ``init`` (a new nonce) changes the token, so nothing
@@ -181,13 +187,16 @@ class Ownership:
         vouched = found is not None and found[:ASSIGNMENT_BYTES] == self.token[:ASSIGNMENT_BYTES]
         return state if vouched else None
 
-    def gathers_here(self) -> frozenset[int]:
-        """The gather shards this worker may give its shards' progress directly: owned here, and
-        the last of its records each has processed carried its current token (so every reply and
-        notice it sent there as a record is in that shard's state; module docstring, (3))."""
+    def vouched_gathers(self) -> frozenset[int]:
+        """The gather shards this worker may give its shards' progress without record order: owned
+        here and settled (so the runtime's local path takes a
+        :class:`~streams.stages.content_seen.shard_records.VouchedProgress` there at once, never
+        around it), and the last of its records each has processed carried its current token (so
+        every reply and notice it sent there as a record is in that shard's state; module
+        docstring, (3))."""
         token, owned = self.token, self._owned
         return frozenset(shard for shard in range(self._count)
-                         if (state := owned.state(shard)) is not None and state.get(LOCAL_KEY) == token)
+                         if (state := owned.settled(shard)) is not None and state.get(LOCAL_KEY) == token)
 
     def alone(self) -> bool:
         """Whether progress may be given to the gather shards directly: this worker owns every shard

@@ -9,45 +9,38 @@ probed through. Both are produced after the records they vouch for, which is the
 
 On the local path (:mod:`streams.stages.content_seen.local`, which says why each step keeps that
 argument) a worker merges its marks directly into the owned shards that have vouched for it, and
-gives its shards' progress directly to the gather shards it owns that have vouched for its
-current token, deciding, in the same transaction, the pages whose horizons that covers (at most
-``DECISIONS_PER_RECORD`` a gather shard, :mod:`streams.stages.content_seen.gather`, the rest after
-a drain record, as the records' way does). Everything else goes as records, as above.
+gives its shards' progress to the gather shards it owns that have vouched for its current token
+as one :class:`VouchedProgress` record each, which the runtime's local path has the gather shard's
+processor take at once, deciding, in the same transaction, the pages whose horizons that covers
+(at most ``DECISIONS_PER_RECORD`` a gather shard, :mod:`streams.stages.content_seen.gather`, the
+rest after a drain record). Everything else goes as records, as above.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Final
 
-from streams.errors import RecordRejected
 from streams.runtime.api import BatchState, Emit, InternalStream, Table
 from streams.runtime.extras import InputPositions, OwnedShards, starts_afresh
-from streams.stages.content_seen import gather
 from streams.stages.content_seen.horizon import RoutingView, encode_horizon
 from streams.stages.content_seen.local import Ownership
-from streams.stages.content_seen.shard_records import Drain, Mark, Progress
-
-log = logging.getLogger(__name__)
+from streams.stages.content_seen.shard_records import Mark, Progress, VouchedProgress
 
 ROUTING_KEY: Final = b"meta:routing"  # what marks told this shard
 TABLES: Final = {"routing view": Table(ROUTING_KEY, starts_afresh)}  # the old shards' marks
-DecideHere = Callable[[BatchState, int, bytes], list[Emit]]  # (gather shard's state, its number, order)
 
 
 class Relay:
     """One worker's marks and its shards' progress."""
 
     def __init__(self, shards: InternalStream, owned: OwnedShards, ownership: Ownership,
-                 topic_index: Mapping[str, int], decide_here: DecideHere) -> None:
-        """``topic_index``: each input topic's number (its place among the stage's input topics);
-        ``decide_here``: a page decided on the local path (the stage's decide step)."""
+                 topic_index: Mapping[str, int]) -> None:
+        """``topic_index``: each input topic's number (its place among the stage's input topics)."""
         self._shards = shards
         self._owned = owned
         self._ownership = ownership
         self._topic_index = topic_index
-        self._decide_here = decide_here
         self._marked: set[int] = set()  # shards that took a new mark in this part of a batch
         # The log ends of this worker's input partitions in its last marks: the horizon its pages
         # start from (encoded, :func:`streams.stages.content_seen.horizon.encode_horizon`).
@@ -64,9 +57,9 @@ class Relay:
     def end_of_part(self, inputs: InputPositions | None) -> list[Emit]:
         """This worker's marks (when its positions moved): merged directly into the owned shards
         that vouched for it, sent to the others; then the progress of each shard that took a new
-        mark in this transaction: given directly to the gather shards owned here that have
-        vouched for this worker's current token, with the pages it makes ready decided, and sent
-        to every other gather shard."""
+        mark in this transaction: to the gather shards owned here that have vouched for this
+        worker's current token in one :class:`VouchedProgress` each (taken at once, with the pages
+        it makes ready), and to every other gather shard as a :class:`Progress` record."""
         emits: list[Emit] = []
         shards, ownership = self._shards, self._ownership
         if inputs is not None:
@@ -84,36 +77,20 @@ class Relay:
         if not self._marked:
             return emits
         states = self._owned.states
-        told = [(shard, RoutingView.decode(states[shard].get(ROUTING_KEY)))
-                for shard in sorted(self._marked) if shard in states]
+        told = tuple((shard, RoutingView.decode(states[shard].get(ROUTING_KEY)))
+                     for shard in sorted(self._marked) if shard in states)
         self._marked.clear()
-        here = ownership.gathers_here()
+        vouched = ownership.vouched_gathers()
         token = ownership.token
         for shard, routing in told:
             progress: bytes | None = None
             for to in range(shards.shards):
-                if to not in here:
+                if to not in vouched:
                     progress = progress or shards.frame(Progress(shard, routing, token))
                     emits.append(Emit(shards.topic, progress, b"progress", to))
-        return emits + self._gather_here(told, here)
-
-    def _gather_here(self, told: list[tuple[int, RoutingView]], here: frozenset[int]) -> list[Emit]:
-        """The progress given to the gather shards ``here`` (owned here, vouched), and the pages it
-        makes ready decided now, each on its own (:data:`DecideHere`)."""
-        emits: list[Emit] = []
-        shards, decide = self._shards, self._decide_here
-        for to in sorted(here):
-            state = self._owned.state(to)
-            assert state is not None  # gathers_here: owned
-            try:
-                found, more = gather.ready(state, shards.shards, gather.DECISIONS_PER_RECORD, told)
-            except RecordRejected as refused:  # a queue entry missing: a progress record's dead letter
-                log.error("gather shard %d: %s", to, refused.detail)
-                continue
-            for order in found:
-                emits += decide(state, to, order)
-            if more:
-                emits.append(shards.send(Drain(), b"drain", to))
+        if told and vouched:
+            given = shards.frame(VouchedProgress(told))
+            emits += [Emit(shards.topic, given, b"progress", to) for to in sorted(vouched)]
         return emits
 
     def routing_view(self, inputs: InputPositions) -> RoutingView:

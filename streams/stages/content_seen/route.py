@@ -42,7 +42,6 @@ from streams.runtime.extras import OwnedShards
 from streams.stages.content_seen import buckets, payloads
 from streams.stages.content_seen.buckets import Page
 from streams.stages.content_seen.decide import verdict
-from streams.stages.content_seen.gather import Gatherer
 from streams.stages.content_seen.intake import Intake
 from streams.stages.content_seen.last_verdicts import LastVerdict, LastVerdicts
 from streams.stages.content_seen.relay import Relay
@@ -68,13 +67,12 @@ class Router:
     """The stage's ``route`` step (see the module docstring)."""
 
     def __init__(self, context: StageContext, design: BlockDesign, intake: Intake, pages: PageCache,
-                 gatherer: Gatherer, relay: Relay, max_record_bytes: int,
+                 relay: Relay, max_record_bytes: int,
                  last_verdicts: LastVerdicts, payload_digests: bool = True) -> None:
         self._design = design
         self._last_verdicts = last_verdicts
         self._intake = intake
         self._pages = pages
-        self._gatherer = gatherer
         self._relay = relay
         self._max_record_bytes = max_record_bytes
         self._payload_digests = payload_digests
@@ -104,14 +102,12 @@ class Router:
                            None if payload is None else payload.sha1)
         shards, owned = self._shards, self._owned
         gather = shards.shard_of(order)
-        here = owned.state(gather)
-        emits: list[Emit] = []
         seed = self._relay.reported_ends
-        if here is not None:  # decided by this worker: the record waits in its memory
+        if owned.settled(gather) is not None:  # arrives at once (the local path): the record waits in memory
             self._pages.put(source, value)
-            self._gatherer.arrive_here(here, order, head, len(table_keys), source, seed)
-        else:  # decided by the worker owning the gather shard: the record goes along
-            emits.append(shards.send(PageWaits(head, value, seed), order, gather))
+            emits = [shards.send(PageWaits(head, b"", seed), order, gather)]
+        else:  # through the topic: the record goes along
+            emits = [shards.send(PageWaits(head, value, seed), order, gather)]
             self._check(emits)  # refused now, before a probe here writes anything
         probe: bytes | None = None
         topic = shards.topic

@@ -21,6 +21,9 @@ To the gather shard of a page, by its order key (where the page waits):
 - :class:`PayloadNotice`: an earlier capture of this page's payload, probed later;
 - :class:`Progress`: how far a shard has probed (:mod:`streams.stages.content_seen.horizon`), with
   its sender's token as a mark has;
+- :class:`VouchedProgress`: how far this worker's shards have probed, for a gather shard owned here
+  that has vouched for its current token (:mod:`streams.stages.content_seen.local`, (3)): the
+  runtime's local path decides it at once, in the transaction it speaks for;
 - :class:`Drain`: "go on": the front of the queue was taken off up to the limit;
 - :class:`Decide`: a page off the queue, to decide now (one page's outputs per record; the decide
   step).
@@ -212,6 +215,39 @@ class Progress:
         return cls(_SHARD.unpack_from(raw)[0], view, token)
 
 
+_VIEW_BYTES: Final = struct.Struct(">HI")  # a shard and its view's length, in a VouchedProgress
+
+
+@dataclass(frozen=True, slots=True)
+class VouchedProgress:
+    """The progress of the shards in ``told`` (each shard's number and what its marks told it),
+    for a gather shard that vouched for its sender's current token: every reply and notice those
+    shards' probes sent it is in its state already, so it needs no record order to be taken (the
+    argument in :mod:`streams.stages.content_seen.local`, (3)). One record for all the shards of a
+    transaction, as the relay once gave them directly: a gather shard merges them in one write."""
+
+    told: tuple[tuple[int, RoutingView], ...]
+
+    def encode(self) -> bytes:
+        parts = []
+        for shard, view in self.told:
+            raw = view.encode()
+            parts += [_VIEW_BYTES.pack(shard, len(raw)), raw]
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        told, at = [], 0
+        while at < len(raw):
+            shard, size = _VIEW_BYTES.unpack_from(raw, at)
+            at += _VIEW_BYTES.size
+            if at + size > len(raw):
+                raise ValueError("a vouched progress record cut short in a view")
+            told.append((shard, RoutingView.decode(raw[at:at + size])))
+            at += size
+        return cls(tuple(told))
+
+
 @dataclass(frozen=True, slots=True)
 class Drain:
     """Go on taking pages off the front of the queue."""
@@ -313,4 +349,4 @@ class PayloadNotice:
 # Each type's tag on the topic, kept for good (records of an earlier version decode); a new type
 # takes a new tag.
 RECORDS = {0: PageWaits, 1: Probe, 2: Reply, 3: Notice, 4: Mark, 5: Progress, 6: Drain, 7: Decide,
-           8: PayloadProbe, 9: PayloadReply, 10: PayloadNotice, 11: LastVerdict}
+           8: PayloadProbe, 9: PayloadReply, 10: PayloadNotice, 11: LastVerdict, 12: VouchedProgress}

@@ -35,9 +35,10 @@ SPEC = StageSpec(
     "content-seen", inputs=("fetched-pages",), outputs=("page-verdicts", "unique-pages"), build=_build,
     cli=CommandLine("a verdict for every page; each content once", metrics_port=9411,
                     status_key=_status_key),
-    # Probes (tags 1 and 8: Probe, PayloadProbe) take the runtime's local path; the rest keep the
-    # stage's own (marks and progress vouched for by tokens, streams.stages.content_seen.local).
-    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=frozenset({1, 8})),),
+    # Arrivals, probes and vouched progress (tags 0, 1, 8 and 12: PageWaits, Probe, PayloadProbe,
+    # VouchedProgress) take the runtime's local path; replies, notices, marks and progress records
+    # go through the topic unless the stage's vouching says otherwise (streams.stages.content_seen.local).
+    internal=(InternalTopic("shards", f"{RECORDS}:RECORDS", local=frozenset({0, 1, 8, 12})),),
     settings=OwnSettings("streams.stages.content_seen.stage:ContentSeenSettings", "content_seen"),
     counts=Counts(decisions=("unique", "exact", "near", "skipped"), labelled=(
         LabelledCounter("race_matches", "event", ("in_time", "late"),

@@ -150,11 +150,11 @@ class ContentSeenStage:
         ownership = Ownership(context.owned, shards.shards, len(topic_index))
         last_verdicts = LastVerdicts(shards, context.owned)
         decider = Decider(context, self._pages, self.max_record_bytes, last_verdicts)
-        relay = Relay(shards, context.owned, ownership, topic_index, decider.decide_here)
+        relay = Relay(shards, context.owned, ownership, topic_index)
         gatherer = Gatherer(shards, context.owned, ownership, self._pages, topic_index,
                             context.counter("race_matches"), decider.decide_covered)
         prober = Prober(gatherer, relay, ownership, self._rule, self.settings.max_bucket_entries)
-        router = Router(context, self._design, self._intake, self._pages, gatherer, relay,
+        router = Router(context, self._design, self._intake, self._pages, relay,
                         self.max_record_bytes, last_verdicts, self.settings.payload_digests)
         context.prepare_input(self._intake.prepare, self._intake.ready, self._intake.settle)
         context.each_transaction(relay.end_of_part)

@@ -26,7 +26,7 @@ from streams.stages.content_seen.local import LOCAL_KEY, Ownership
 from streams.stages.content_seen.shard_records import Mark, Notice, PageWaits, Progress, Reply
 from streams.stages.content_seen.spec import SPEC
 from streams.stages.content_seen.stage import ContentSeenSettings, ContentSeenStage
-from streams.stages.content_seen.waiting import EARLY_PREFIX, PageCache, Source, replies
+from streams.stages.content_seen.waiting import EARLY_PREFIX, PageCache, replies
 from streams.topics import Topics
 from testing import simcluster, stages
 
@@ -90,12 +90,14 @@ def test_a_shard_not_settled_or_a_probe_sent_around_it_stops_direct_marks_until_
     assert ownership.claimed(0) is state
 
 
-def test_probes_are_records_and_one_sent_around_a_shard_not_settled_detours_the_token() -> None:
-    """Probes are records the runtime's local path decides (the topic names them by tag); one it must
-    send through the topic of a shard owned here (not settled) changes the worker's token."""
+def test_arrivals_and_probes_are_records_and_one_sent_around_a_shard_not_settled_detours() -> None:
+    """A page's arrival and its probes are records the runtime's local path decides (the topic names
+    them by tag); one it must send through the topic of a shard owned here (not settled) changes the
+    worker's token."""
     declared = TOPOLOGY.internal[0][0]
     assert isinstance(declared.local, frozenset)
-    assert {declared.tagged()[tag].__name__ for tag in declared.local} == {"Probe", "PayloadProbe"}
+    names = {declared.tagged()[tag].__name__ for tag in declared.local}
+    assert names == {"PageWaits", "Probe", "PayloadProbe", "VouchedProgress"}
     value = orjson.dumps(simweb.crawl(seed=1, articles=1)[0].record)
     tokens = []
     for pending in (set(), {0}):
@@ -109,7 +111,7 @@ def test_probes_are_records_and_one_sent_around_a_shard_not_settled_detours_the_
         before = ownership.token
         message = LineMessage(TOPIC, 0, value)
         emits = processors.route(message)
-        assert {emit.value[0] for emit in emits if emit.value} <= declared.local  # probes, all of them
+        assert {emit.value[0] for emit in emits if emit.value} <= declared.local  # arrival and probes
         stages.local_path(TOPOLOGY, context, processors).run(emits, message)
         tokens.append(ownership.token == before)
         stage.close()
@@ -143,23 +145,27 @@ def test_alone_needs_every_shard_every_input_partition_and_the_current_token() -
 
 
 def test_progress_goes_directly_to_owned_gather_shards_vouched_with_the_current_token() -> None:
-    """Not alone (shard 2 is elsewhere, another worker routes partition 1): the gather shards it
-    owns still take its progress directly once vouched, until a taint or a rebalance."""
+    """Not alone (shard 2 is elsewhere, another worker routes partition 1): the settled gather
+    shards it owns still take its progress at once once vouched, until a taint or a rebalance; one
+    not settled takes it as a record (the local path would send a vouched one around it)."""
     owned = OwnedShards({0: MemoryStore(), 1: MemoryStore()})
     ownership = Ownership(owned, 3, 1)
     owned.begin()
     ownership.inputs(_positions([0], 2))
-    assert ownership.gathers_here() == frozenset()
+    assert ownership.vouched_gathers() == frozenset()
     first = owned.state(0)
     assert first is not None
     ownership.vouch(0, ownership.token, first)
-    assert ownership.gathers_here() == {0} and not ownership.alone()
+    assert ownership.vouched_gathers() == {0} and not ownership.alone()
+    owned.pending.add(0)  # records routed to it before wait in its topic
+    assert ownership.vouched_gathers() == frozenset()
+    owned.pending.clear()
     ownership.taint()  # a notice went to an owned gather shard as a record
-    assert ownership.gathers_here() == frozenset()
+    assert ownership.vouched_gathers() == frozenset()
     ownership.vouch(0, ownership.token, first)
-    assert ownership.gathers_here() == {0}
+    assert ownership.vouched_gathers() == {0}
     owned.generation += 1  # a rebalance
-    assert ownership.gathers_here() == frozenset()
+    assert ownership.vouched_gathers() == frozenset()
 
 
 def _gatherer(owned: OwnedShards, ownership: Ownership) -> Gatherer:
@@ -188,7 +194,7 @@ def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() 
     assert ownership.token != token  # a record to an owned gather shard taints the token
     state = owned.state(0)
     assert state is not None
-    gatherer.arrive_here(state, order, _HEAD, 2, Source(TOPIC, 0, 0), b"")
+    gatherer.page(PageWaits(_HEAD, b"", b""), LineMessage("shards", 0, b"", order, 0), state)  # at once
     assert gatherer.tell(order, Reply(None)) == []
     assert gatherer.tell(order, Notice(match)) == [] and gatherer.races["in_time"] == 1
     heard = replies(state, order)
@@ -324,14 +330,15 @@ def test_a_page_whose_decide_record_s_output_is_refused_has_a_letter_carrying_th
     assert {v["verdict"] for v in verdicts} == {"duplicate"}
 
 
-def test_a_gather_shard_whose_queue_lost_an_entry_does_not_stop_the_worker(caplog: pytest.LogCaptureFixture,
-                                                                            ) -> None:
-    """Given progress directly, a queue that names an entry its state lacks is logged (as a progress
-    record would be a dead letter), and the callback goes on."""
+def test_a_gather_shard_whose_queue_lost_an_entry_refuses_the_line_offline() -> None:
+    """Given progress at once, a queue that names an entry its state lacks refuses the record (a
+    worker logs it: a callback's record has no input record to letter); offline the line is
+    refused whole, its writes dropped."""
     values = _crawl(seed=8, articles=1)
     store = MemoryStore()
     driver = OfflineDriver(TOPOLOGY, ContentSeenStage(), store)
     driver.decide(driver.message(1, values[0]))  # vouches for the one shard, decides the first page
     store.apply({QUEUE_KEY: Queue(5, 6).encode()}, None)  # entry 5 was never written
-    assert [e for e in driver.decide(driver.message(2, values[1])) if e.topic == TOPICS.page_verdicts] == []
-    assert "queue entry 5 missing" in caplog.text
+    with pytest.raises(RecordRejected, match="queue entry 5 missing"):
+        driver.decide(driver.message(2, values[1]))
+    assert store.get(QUEUE_KEY) == Queue(5, 6).encode()
