@@ -329,16 +329,17 @@ def add_optima(site: Site, scenario: Scenario, run: Run, result: dict[str, Any])
 
 
 def each_site_alone(scenario: Scenario, runs: list[Run], args: argparse.Namespace, dataset: Dataset,
-                    hosts: list[str]) -> dict[str, dict[str, Any]]:
+                    hosts: list[str], order: list[str]) -> dict[str, dict[str, Any]]:
     """Per run with a budget (default, fixed, other trees) and per site: the site crawled alone, by a
     stage of its own spending the budget on its pages only. A shared budget goes where the changes
     are, so a slow site's share of the whole set's fetches can be below its fixed interval's (the
     optimum's too); alone, the site's rows answer "is the policy better than a fixed interval on
-    this site?" (``--each-site``)."""
+    this site?" (``--each-site``). ``order``: every site's host in the manifest's order, which
+    gives each site its template churn (:class:`~bench.revisit_site.Site`), whichever sites run."""
     chosen = [run for run in runs if run.budget is not None]
     alone: dict[str, dict[str, Any]] = {}
     for host in hosts:
-        site = Site(replace(dataset, pages=tuple(p for p in dataset.pages if p.host == host)), hosts)
+        site = Site(replace(dataset, pages=tuple(p for p in dataset.pages if p.host == host)), order)
         for run, result in zip(chosen, run_all(scenario, chosen, args.driver, args.jobs, site, args.mirrors),
                                strict=True):
             result["sites"][host].pop("whole_optimum_at_budget", None)   # the site is the whole set here
@@ -416,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [run for run in standard_runs(scenario, _trees(args.tree)) if run.name.startswith(wanted_policies)]
     results = run_all(scenario, runs, args.driver, args.jobs, site, args.mirrors)
     if args.each_site:
-        alone = each_site_alone(scenario, runs, args, dataset, [h for h in hosts if h in site.by_host])
+        alone = each_site_alone(scenario, runs, args, dataset, [h for h in hosts if h in site.by_host], hosts)
         for result in results:
             result["sites_alone"] = result["run"] in alone
             result["sites"] = alone.get(result["run"], result["sites"])
