@@ -21,7 +21,7 @@ from streams.runtime.store import MemoryStore
 from streams.runtime.topology import shard_handlers
 from streams.stages.content_seen.buckets import Match, order_key
 from streams.stages.content_seen.gather import QUEUE_KEY, Gatherer, Queue
-from streams.stages.content_seen.horizon import RoutingView
+from streams.stages.content_seen.horizon import RoutingView, encode_horizon
 from streams.stages.content_seen.local import LOCAL_KEY, Ownership
 from streams.stages.content_seen.shard_records import Mark, Notice, PageWaits, Progress, Reply
 from streams.stages.content_seen.spec import SPEC
@@ -180,6 +180,35 @@ def _order_at(gatherer: Gatherer, shard: int) -> bytes:
 
 
 _HEAD = b'{"url": "https://a.example/", "tables": 2, "source": ["local.fetched-pages", 0, 0]}'
+
+
+def _head(offset: int) -> bytes:
+    return _HEAD.replace(b', 0, 0]', b', 0, %d]' % offset)
+
+
+def test_a_page_arriving_first_is_decided_at_once_when_covered_and_one_behind_waits() -> None:
+    """The progress that covers a page may be given before the page comes (by a worker none of whose
+    shards it was probed in): arriving first in its queue, it is decided on arrival. Behind a page
+    whose horizon is not covered it waits, and its arrival does not look at the queue."""
+    owned = OwnedShards({0: MemoryStore()})
+    stream = StageContext(TOPOLOGY, 1, owned, Unreadable(), Counters(), 1024).internal("shards")
+    gatherer = Gatherer(stream, owned, Ownership(owned, 1, 1), PageCache(1 << 20), {TOPIC: 0}, Counter(),
+                        lambda state, order: [Emit("decided", order, order)])
+    owned.begin()
+    state = owned.state(0)
+    assert state is not None
+    gatherer.progress(Progress(0, RoutingView({0: 1}, {(0, 0): 5}, {(0, 0): 5})),
+                      LineMessage("shards", 0, b"", b"progress", 0), state)
+    seed = encode_horizon({(0, 0): 5})
+
+    def arrive(offset: int) -> list[Emit]:
+        message = LineMessage("shards", 0, b"", order_key(1, 0, offset), 0)
+        return gatherer.page(PageWaits(_head(offset), b"", seed), message, state)
+
+    assert [emit.key for emit in arrive(0)] == [order_key(1, 0, 0)]  # covered: decided on arrival
+    assert arrive(7) == []  # its own offset is past the coverage: it waits
+    assert arrive(1) == []  # behind it
+    assert Queue.decode(state.get(QUEUE_KEY)) == Queue(1, 3)
 
 
 def test_a_reply_or_notice_goes_at_once_where_its_page_waits_else_as_a_record() -> None:
