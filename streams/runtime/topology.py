@@ -58,8 +58,9 @@ class InternalTopic:
     the open transaction, instead of through the topic (:mod:`streams.runtime.local_path`). False
     sends every record through the topic; a set of tags, the typed records of those types only:
     for a stage some of whose decisions need more than each worker's records in the order it sent
-    them (the page stage's probes take the local path; its marks and progress keep a path of their
-    own, vouched for by tokens, :mod:`streams.stages.content_seen.local`)."""
+    them (the page stage's arrivals, probes and vouched progress take the local path; its replies,
+    notices, marks and progress records go as its tokens' vouching says,
+    :mod:`streams.stages.content_seen.local`)."""
 
     name: str
     records: Mapping[int, type[ShardRecord]] | str = field(default_factory=dict, hash=False)
