@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -187,7 +187,7 @@ def waiting_head(state: BatchState, order: bytes) -> dict[str, Any]:
     return decode_head(state.get(b"p" + order) or b"{}")
 
 
-def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tuple[int, RoutingView]],
+def ready(state: BatchState, shard_count: int, limit: int, progress: Sequence[tuple[int, RoutingView]],
           drained: bool = False) -> tuple[list[bytes], bool]:
     """Take the shards' ``progress`` (each shard's number and view; none when ``drained``: a drain
     record asking to go on), then take off the front of the queue the pages whose horizons are
@@ -195,10 +195,9 @@ def ready(state: BatchState, shard_count: int, limit: int, progress: Iterable[tu
     by a record, or at once on the local path); and whether to send a drain record (more may be
     ready, and none is on its way)."""
     raw = state.get(GATHER_KEY)
-    told = list(progress)
-    if told:
+    if progress:
         view = GatherView.decode(raw)
-        for shard, routing in told:
+        for shard, routing in progress:
             view.merge(shard, routing)
         state.set(GATHER_KEY, view.encode())
         coverage = view.coverage(shard_count)
@@ -382,12 +381,12 @@ class Gatherer:
         """Progress this shard vouched for (:mod:`streams.stages.content_seen.local`, (3)): taken as a
         progress record's, with no token to keep (it is decided at once on the runtime's local path,
         so it vouches for nothing newer than the record that vouched for it)."""
-        return self._take(message.partition() or 0, list(record.told), False, state)
+        return self._take(message.partition() or 0, record.told, False, state)
 
     def drain(self, record: Drain, message: Message, state: BatchState) -> list[Emit]:
         return self._take(message.partition() or 0, [], True, state)
 
-    def _take(self, shard: int, progress: list[tuple[int, RoutingView]], drained: bool,
+    def _take(self, shard: int, progress: Sequence[tuple[int, RoutingView]], drained: bool,
               state: BatchState) -> list[Emit]:
         """Take the front of the queue off as far as its horizons are covered, each page decided at
         once, and ask for more with a drain record past the limit.
